@@ -1,0 +1,38 @@
+"""vecshm: vectorized RL environments on shared memory, a drop-in for SB3's SubprocVecEnv."""
+
+from vecshm.errors import (
+    AlreadyPendingCallError,
+    ClosedError,
+    FailedError,
+    NoAsyncCallError,
+    StepTimeoutError,
+    VecShmError,
+    WorkerDiedError,
+    WorkerError,
+)
+from vecshm.vec_env import (
+    CloudpickleWrapper,
+    DummyVecEnv,
+    ShmVecEnv,
+    VecEnv,
+    VecEnvWrapper,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyPendingCallError",
+    "ClosedError",
+    "CloudpickleWrapper",
+    "DummyVecEnv",
+    "FailedError",
+    "NoAsyncCallError",
+    "ShmVecEnv",
+    "StepTimeoutError",
+    "VecEnv",
+    "VecEnvWrapper",
+    "VecShmError",
+    "WorkerDiedError",
+    "WorkerError",
+    "__version__",
+]

@@ -1,0 +1,335 @@
+"""The API-neutral engine: sends commands to workers, waits for them, and reads raw results.
+
+The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
+the engine decides how they travel. A step is: validate and copy actions into shared memory,
+write each worker's command word, ring its doorbell, then wait on one shared doorbell (after a
+short, bounded spin) while watching worker sentinels and the optional deadline.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import pickle
+import platform
+import select
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from vecshm.affinity import plan_worker_cores, usable_cores
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.errors import (
+    ClosedError,
+    FailedError,
+    VecShmError,
+    remote_error,
+)
+from vecshm.layout import Leaf, flatten, leaves
+from vecshm.pool import WorkerPool, as_env_list, split_envs
+from vecshm.protocol import AutoReset, CallOp, Command, Status
+
+__all__ = ["Engine", "EngineState", "default_start_method"]
+
+DEFAULT_INFO_BYTES = 2048
+SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
+
+
+class EngineState(Enum):
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+def default_start_method() -> str:
+    """SB3's default: forkserver where available (fork is unsafe with threads in the parent)."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _context(start_method: str | None) -> mp.context.BaseContext:
+    method = start_method or default_start_method()
+    if method not in mp.get_all_start_methods():
+        raise ValueError(
+            f"start_method={method!r} is not available here; choose one of {mp.get_all_start_methods()}"
+        )
+    return mp.get_context(method)
+
+
+def _same_layout(a: spaces.Space, b: spaces.Space) -> bool:
+    try:
+        return [(x.path, x.shape, x.dtype) for x in leaves(a)] == [(x.path, x.shape, x.dtype) for x in leaves(b)]
+    except TypeError:
+        return False
+
+
+class Engine:
+    """Workers, shared buffers and the handshake for one vec env."""
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        autoreset: AutoReset,
+        start_method: str | None = None,
+        envs_per_worker: int | None = None,
+        info_bytes: int = DEFAULT_INFO_BYTES,
+        timeout: float | None = None,
+        daemon: bool = True,
+        spin: float | None = None,
+        cpu_affinity: Any = None,
+        limit_threads: bool = True,
+    ) -> None:
+        fns = as_env_list(env_fns)
+        context = _context(start_method)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        if info_bytes < 0:
+            raise ValueError(f"info_bytes must be >= 0, got {info_bytes}")
+        self.num_envs = len(fns)
+        self.start_method = context.get_start_method()
+        self.timeout = timeout
+        self.slices = split_envs(self.num_envs, envs_per_worker, len(usable_cores()))
+        self.num_workers = len(self.slices)
+        self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
+        self.all_workers = np.arange(self.num_workers)
+        self.spin_seconds = self._spin_budget(spin)
+        self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
+        settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
+        self.state = EngineState.READY
+        self.failure = ""
+        self.piped: dict[tuple[str, int], bytes] = {}
+        self.pool = WorkerPool(
+            fns,
+            self.slices,
+            context=context,
+            autoreset=autoreset,
+            daemon=daemon,
+            spin_seconds=self.spin_seconds,
+            worker_settings=settings,
+        )
+        self._finalizer = weakref.finalize(self, self.pool.shutdown)
+        try:
+            self._start(info_bytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, info_bytes: int) -> None:
+        deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
+        reported = self.pool.collect_ready(deadline)
+        self.observation_space, self.action_space = reported[0]
+        for w, (obs_space, action_space) in enumerate(reported):
+            if not (_same_layout(obs_space, self.observation_space) and _same_layout(action_space, self.action_space)):
+                raise ValueError(
+                    f"env {self.slices[w][0]} has spaces {obs_space} / {action_space}, which differ from env 0's "
+                    f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
+                )
+        self.spec = BufferSpec(self.observation_space, self.action_space, self.num_envs, self.num_workers, info_bytes)
+        self.buffers: Buffers = self.pool.attach(self.spec, deadline)
+        self._poller = select.poll()
+        self._poller.register(self.pool.done_bell.fd, select.POLLIN)
+        self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
+        for fd in self._sentinels:
+            self._poller.register(fd, select.POLLIN)
+
+    def _spin_budget(self, spin: float | None) -> float:
+        """Seconds each side may busy-wait before sleeping: only when a core is free to burn."""
+        if spin is not None:
+            return max(0.0, float(spin))
+        if platform.machine() not in SPIN_ARCHES:
+            return 0.0
+        spare_cores = len(usable_cores()) - 1  # the parent keeps one
+        return 50e-6 if self.num_workers <= spare_cores else 0.0
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        if self.state is EngineState.CLOSED:
+            raise ClosedError("this vec env is closed; create a new one")
+        if self.state is EngineState.FAILED:
+            raise FailedError(f"this vec env failed earlier and can only be closed: {self.failure}")
+
+    def _fail(self, error: BaseException) -> None:
+        self.state = EngineState.FAILED
+        self.failure = str(error).split("\n", 1)[0]
+        self.pool.shutdown()
+
+    def close(self) -> None:
+        self.state = EngineState.CLOSED
+        self._poller = None
+        self._finalizer()
+
+    @property
+    def nbytes(self) -> int:
+        return self.spec.plan().size if hasattr(self, "spec") else 0
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> None:
+        """Validate a batch of actions (one row per env in ``env_ids``) and copy it into shared memory."""
+        count = self.num_envs if env_ids is None else len(env_ids)
+        try:
+            values = flatten(self.action_space, actions)
+        except ValueError as exc:
+            raise ValueError(f"actions do not match the action space {self.action_space}: {exc}") from None
+        for leaf, target, value in zip(self.spec.action_leaves, self.buffers.actions, values):
+            array = _checked_actions(leaf, value, count, self.action_space)
+            if env_ids is None:
+                target[...] = array
+            else:
+                target[env_ids] = array
+
+    # -- hot commands -----------------------------------------------------------------------------
+
+    def submit(self, command: Command, workers: np.ndarray) -> None:
+        b = self.buffers
+        b.cmd[workers] = command
+        b.cmd_seq[workers] += 1
+        for w in workers.tolist():
+            self.pool.doorbells[w].ring()
+
+    def send_resets(self, requests: list[tuple[Any, Any] | None], workers: np.ndarray) -> None:
+        """Start a reset; ``requests[i]`` is ``(seed, options)`` for env ``i``, or None to leave it be."""
+        self.submit(Command.RESET, workers)
+        for w in workers.tolist():
+            start, stop = self.slices[w]
+            self.pool.conns[w].send(requests[start:stop])
+
+    def collect(self, workers: np.ndarray, during: str, need: int | None = None) -> np.ndarray:
+        """Wait until ``need`` (default: all) of ``workers`` finished their command; return those."""
+        try:
+            done = self._wait(workers, len(workers) if need is None else need, during)
+            self._gather(done, during)
+        except VecShmError as error:
+            self._fail(error)
+            raise
+        except KeyboardInterrupt:
+            # The workers finish their command on their own; close() shuts them down afterwards.
+            raise
+        return done
+
+    def _wait(self, workers: np.ndarray, need: int, during: str) -> np.ndarray:
+        b = self.buffers
+        expected = b.cmd_seq[workers]
+
+        def finished() -> np.ndarray:
+            return workers[b.done_seq[workers] == expected]
+
+        done = finished()
+        if len(done) >= need:
+            return done
+        if self.spin_seconds:
+            deadline_spin = time.perf_counter() + self.spin_seconds
+            while time.perf_counter() < deadline_spin:
+                done = finished()
+                if len(done) >= need:
+                    return done
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            timeout_ms = None
+            if deadline is not None:
+                timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            events = self._poller.poll(timeout_ms)
+            self.pool.done_bell.take()
+            done = finished()
+            if len(done) >= need:
+                return done
+            for fd, _ in events:
+                if fd in self._sentinels:
+                    self.pool.raise_died(self._sentinels[fd], during)
+            if deadline is not None and time.monotonic() >= deadline:
+                pending = workers[b.done_seq[workers] != expected]
+                self.pool.raise_timeout(pending.tolist(), during)
+
+    def _gather(self, done: np.ndarray, during: str) -> None:
+        """Read what finished workers left on their sockets: piped infos, or an env's error."""
+        self.piped = {}
+        statuses = self.buffers.status[done]
+        if (statuses == Status.OK).all():
+            return
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        first_error = None
+        for w, status in zip(done.tolist(), statuses.tolist()):
+            if status == Status.OK_PIPED_INFOS:
+                self.piped.update(self.pool.recv(w, deadline, during))
+            elif status == Status.ERROR:
+                record = self.pool.recv(w, deadline, during)
+                first_error = first_error or remote_error(record)
+        if first_error is not None:
+            raise first_error
+
+    # -- results ----------------------------------------------------------------------------------
+
+    def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
+        """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""
+        b = self.buffers
+        lengths, arena = (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
+        out: list[dict[str, Any]] = []
+        for i, n in zip(env_ids, lengths[list(env_ids)].tolist()):
+            if n == INFO_EMPTY:
+                out.append({})
+            elif n == INFO_PIPED:
+                out.append(pickle.loads(self.piped[(kind, i)]))
+            else:
+                out.append(pickle.loads(arena[i, :n].tobytes()))
+        return out
+
+    # -- rare calls -------------------------------------------------------------------------------
+
+    def call(self, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
+        """Run a rare operation on some envs (arguments and results are pickled over the sockets)."""
+        self.check_usable()
+        ids = [int(i) for i in env_ids]
+        for i in ids:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"env index {i} is out of range for {self.num_envs} envs")
+        by_worker: dict[int, list[int]] = {}
+        for i in ids:
+            by_worker.setdefault(int(self.env_worker[i]), []).append(i)
+        workers = np.array(sorted(by_worker), dtype=np.int64)
+        if len(workers) == 0:
+            return []
+        self.submit(Command.CALL, workers)
+        for w in workers.tolist():
+            self.pool.conns[w].send((op, by_worker[w], args))
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        results: dict[int, Any] = {}
+        error = None
+        try:
+            for w in workers.tolist():
+                kind, payload = self.pool.recv(w, deadline, op.name.lower())
+                if kind == "error":
+                    error = error or remote_error(payload)
+                else:
+                    results.update(zip(by_worker[w], payload))
+        except VecShmError as failure:
+            self._fail(failure)
+            raise
+        if error is not None:
+            raise error
+        return [results[i] for i in ids]
+
+
+def _checked_actions(leaf: Leaf, value: Any, count: int, space: spaces.Space) -> np.ndarray:
+    array = np.asarray(value)
+    expected = (count, *leaf.shape)
+    where = "" if not leaf.path else f" at {leaf.name}"
+    if array.shape != expected:
+        raise ValueError(
+            f"actions{where} have shape {array.shape}, expected {expected} "
+            f"({count} envs x action shape {leaf.shape} of {space})"
+        )
+    if leaf.dtype.kind in "iub":
+        if array.dtype.kind not in "iub":
+            raise ValueError(
+                f"actions{where} have dtype {array.dtype}, but {space} takes integers; "
+                "pass an integer array (e.g. actions.astype(np.int64))"
+            )
+    elif leaf.dtype.kind == "f" and array.dtype.kind not in "fiub":
+        raise ValueError(f"actions{where} have dtype {array.dtype}, but {space} takes {leaf.dtype} values")
+    return array

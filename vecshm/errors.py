@@ -1,0 +1,119 @@
+"""Exceptions vecshm raises in the caller. Every worker-side failure names the env and the command."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+__all__ = [
+    "VecShmError",
+    "ClosedError",
+    "AlreadyPendingCallError",
+    "NoAsyncCallError",
+    "FailedError",
+    "WorkerError",
+    "WorkerDiedError",
+    "StepTimeoutError",
+    "RemoteError",
+    "remote_error",
+]
+
+
+class VecShmError(Exception):
+    """Base of every error vecshm raises itself."""
+
+
+class ClosedError(VecShmError, RuntimeError):
+    """The vec env was closed; it cannot be used any more."""
+
+
+class AlreadyPendingCallError(VecShmError, RuntimeError):
+    """An asynchronous call is pending; wait for it before starting another."""
+
+
+class NoAsyncCallError(VecShmError, RuntimeError):
+    """``*_wait`` was called without a matching ``*_async``."""
+
+
+class FailedError(VecShmError, RuntimeError):
+    """An earlier failure left the vec env unusable; only ``close()`` is allowed."""
+
+
+class WorkerError(VecShmError, RuntimeError):
+    """An env raised inside a worker. ``env_index``, ``command`` and the remote traceback are kept."""
+
+    env_index: int | None = None
+    command: str = ""
+    remote_type: str = ""
+    remote_traceback: str = ""
+
+
+class WorkerDiedError(VecShmError, RuntimeError):
+    """A worker process ended without being asked to (killed, crashed, exited)."""
+
+    def __init__(self, message: str, env_indices: list[int], exitcode: int | None) -> None:
+        super().__init__(message)
+        self.env_indices = env_indices
+        self.exitcode = exitcode
+
+
+class StepTimeoutError(VecShmError, TimeoutError):
+    """An env did not finish within the configured timeout."""
+
+    def __init__(self, message: str, env_indices: list[int]) -> None:
+        super().__init__(message)
+        self.env_indices = env_indices
+
+
+class RemoteError:
+    """A picklable record of an exception raised in a worker."""
+
+    def __init__(self, exc: BaseException, env_index: int | None, command: str) -> None:
+        self.exc_type = type(exc)
+        self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        self.message = str(exc)
+        self.env_index = env_index
+        self.command = command
+        self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        try:  # the class travels by reference; keep the record even if it cannot
+            import pickle
+
+            pickle.dumps(self.exc_type)
+        except Exception:
+            state["exc_type"] = None
+        return state
+
+
+_HYBRIDS: dict[type, type] = {}
+
+
+def _hybrid_class(exc_type: type | None) -> type[WorkerError]:
+    """``WorkerError`` that is also an instance of the original type, so ``except ValueError`` works."""
+    if exc_type is None or not issubclass(exc_type, Exception) or issubclass(exc_type, WorkerError):
+        return WorkerError
+    if exc_type not in _HYBRIDS:
+        try:
+            _HYBRIDS[exc_type] = type(f"WorkerError[{exc_type.__name__}]", (WorkerError, exc_type), {})
+        except TypeError:  # incompatible C layouts (e.g. OSError subclasses)
+            _HYBRIDS[exc_type] = WorkerError
+    return _HYBRIDS[exc_type]
+
+
+def remote_error(record: RemoteError) -> WorkerError:
+    """The exception to raise in the caller for a worker-side failure."""
+    where = f"env {record.env_index}" if record.env_index is not None else "a worker"
+    message = (
+        f"{where} raised {record.type_name} during {record.command}: {record.message}\n\n"
+        f"Worker traceback:\n{record.traceback}"
+    )
+    cls = _hybrid_class(record.exc_type)
+    error = cls.__new__(cls, message)
+    Exception.__init__(error, message)
+    error.env_index = record.env_index
+    error.command = record.command
+    error.remote_type = record.type_name
+    error.remote_traceback = record.traceback
+    return error

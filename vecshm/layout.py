@@ -1,0 +1,139 @@
+"""Spaces as flat lists of array leaves.
+
+A space is described once, as an ordered list of :class:`Leaf` (path, shape, dtype). Parent and
+workers derive the same list from the same space, so both sides agree on the shared-memory layout
+by construction. ``flatten`` turns one value of a space into its leaves, ``assemble`` builds a
+value back from leaves; Dict and Tuple recurse, everything else is a leaf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["Leaf", "leaves", "flatten", "assemble", "tree_map", "check_leaf_value"]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One array of a space: where it sits in the nesting, and what one env's value looks like."""
+
+    path: tuple[str | int, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def name(self) -> str:
+        return "/".join(str(p) for p in self.path) or "<root>"
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@singledispatch
+def leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    """Flat leaves of ``space``, in a fixed order (Dict in key order, Tuple by index)."""
+    raise TypeError(
+        f"vecshm cannot lay out {type(space).__name__} spaces in shared memory "
+        f"(at {'/'.join(map(str, path)) or 'the root'}: {space!r}). Supported: Box, Discrete, "
+        "MultiDiscrete, MultiBinary, and Dict/Tuple of those. Wrap the env so that it exposes a "
+        "fixed-size space, e.g. gymnasium.wrappers.FlattenObservation or a custom ObservationWrapper "
+        "that encodes the value into a Box."
+    )
+
+
+@leaves.register(spaces.Box)
+@leaves.register(spaces.MultiDiscrete)
+@leaves.register(spaces.MultiBinary)
+def _array_leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype))]
+
+
+@leaves.register(spaces.Discrete)
+def _discrete_leaves(space: spaces.Discrete, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [Leaf(path, (), np.dtype(space.dtype))]
+
+
+@leaves.register(spaces.Dict)
+def _dict_leaves(space: spaces.Dict, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [leaf for key, sub in space.spaces.items() for leaf in leaves(sub, (*path, key))]
+
+
+@leaves.register(spaces.Tuple)
+def _tuple_leaves(space: spaces.Tuple, path: tuple[str | int, ...] = ()) -> list[Leaf]:
+    return [leaf for i, sub in enumerate(space.spaces) for leaf in leaves(sub, (*path, i))]
+
+
+@singledispatch
+def flatten(space: spaces.Space, value: Any) -> list[Any]:
+    """The leaf values of one ``value`` of ``space``, in :func:`leaves` order."""
+    return [value]
+
+
+@flatten.register(spaces.Dict)
+def _flatten_dict(space: spaces.Dict, value: Any) -> list[Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a dict for a Dict space, got {type(value).__name__}")
+    missing = [key for key in space.spaces if key not in value]
+    if missing:
+        raise ValueError(f"Dict value is missing keys {missing}")
+    return [v for key, sub in space.spaces.items() for v in flatten(sub, value[key])]
+
+
+@flatten.register(spaces.Tuple)
+def _flatten_tuple(space: spaces.Tuple, value: Any) -> list[Any]:
+    if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+        raise ValueError(f"expected a tuple of {len(space.spaces)} for a Tuple space, got {value!r:.80}")
+    return [v for sub, item in zip(space.spaces, value) for v in flatten(sub, item)]
+
+
+def assemble(space: spaces.Space, values: Sequence[Any] | Iterator[Any]) -> Any:
+    """Rebuild the nested value of ``space`` from its leaf values (the inverse of ``flatten``)."""
+    return _assemble(space, iter(values))
+
+
+@singledispatch
+def _assemble(space: spaces.Space, values: Iterator[Any]) -> Any:
+    return next(values)
+
+
+@_assemble.register(spaces.Dict)
+def _assemble_dict(space: spaces.Dict, values: Iterator[Any]) -> dict[str, Any]:
+    return {key: _assemble(sub, values) for key, sub in space.spaces.items()}
+
+
+@_assemble.register(spaces.Tuple)
+def _assemble_tuple(space: spaces.Tuple, values: Iterator[Any]) -> tuple[Any, ...]:
+    return tuple(_assemble(sub, values) for sub in space.spaces)
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """Apply ``fn`` to every array leaf of a nested dict/tuple value, keeping the structure."""
+    if isinstance(value, dict):
+        return {key: tree_map(fn, item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(tree_map(fn, item) for item in value)
+    return fn(value)
+
+
+def check_leaf_value(leaf: Leaf, value: Any) -> np.ndarray:
+    """``value`` as an array that fits ``leaf``; ``ValueError`` saying why when it does not.
+
+    Cheap on purpose (shape and dtype kind, no bounds): it runs for every env on every step.
+    """
+    array = np.asarray(value)
+    if array.shape != leaf.shape:
+        raise ValueError(
+            f"value at {leaf.name} has shape {array.shape}, but the space declares {leaf.shape}"
+        )
+    if array.dtype != leaf.dtype and not np.can_cast(array.dtype, leaf.dtype, casting="same_kind"):
+        raise ValueError(
+            f"value at {leaf.name} has dtype {array.dtype}, which does not fit the declared {leaf.dtype}"
+        )
+    return array

@@ -1,0 +1,99 @@
+"""One anonymous shared-memory segment per vec env, shared with workers by file descriptor.
+
+Why not a named ``multiprocessing.shared_memory.SharedMemory``: a name in ``/dev/shm`` outlives a
+parent killed with SIGKILL unless something unlinks it. A ``memfd`` has no name at all; the memory
+lives exactly as long as some process holds the descriptor or a mapping, so nothing can leak,
+whatever kills whom. Workers receive the descriptor over their control socket (SCM_RIGHTS), which
+works for fork, forkserver and spawn alike. Where ``memfd_create`` is missing, an unlinked
+temporary file in a RAM-backed directory gives the same lifetime rules.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Field", "SegmentPlan", "Segment"]
+
+ALIGNMENT = 64  # one cache line: no two arrays share a line, so no false sharing between writers
+
+
+@dataclass(frozen=True)
+class Field:
+    """A named array inside the segment."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+class SegmentPlan:
+    """Offsets of named arrays, each aligned to a cache line; the same plan builds views anywhere."""
+
+    def __init__(self, arrays: Iterable[tuple[str, tuple[int, ...], np.dtype]]) -> None:
+        self.fields: dict[str, Field] = {}
+        offset = 0
+        for name, shape, dtype in arrays:
+            if name in self.fields:
+                raise ValueError(f"duplicate field {name!r} in segment plan")
+            field = Field(name, tuple(shape), np.dtype(dtype), offset)
+            self.fields[name] = field
+            offset += -(-field.nbytes // ALIGNMENT) * ALIGNMENT
+        self.size = max(offset, ALIGNMENT)
+
+    def views(self, buffer: mmap.mmap) -> dict[str, np.ndarray]:
+        return {
+            f.name: np.ndarray(f.shape, dtype=f.dtype, buffer=buffer, offset=f.offset)
+            for f in self.fields.values()
+        }
+
+
+def _anonymous_fd(size: int) -> int:
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("vecshm", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - non-Linux fallback
+        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        with tempfile.TemporaryFile(dir=directory) as handle:
+            fd = os.dup(handle.fileno())
+    os.ftruncate(fd, size)
+    return fd
+
+
+class Segment:
+    """A mapping of the shared memory; the creator owns a descriptor to hand to workers."""
+
+    def __init__(self, size: int, fd: int | None = None) -> None:
+        self.size = size
+        self.fd: int | None = _anonymous_fd(size) if fd is None else fd
+        self.buffer = mmap.mmap(self.fd, size)
+
+    @classmethod
+    def attach(cls, fd: int, size: int) -> Segment:
+        """Map a segment received from the creator, then drop the descriptor (the map keeps it alive)."""
+        segment = cls(size, fd)
+        segment.release_fd()
+        return segment
+
+    def release_fd(self) -> None:
+        """Close the descriptor once every worker has its own mapping: no one else can join."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def close(self) -> None:
+        self.release_fd()
+        try:
+            self.buffer.close()
+        except BufferError:
+            # Views handed out with copy=False are still alive; the map goes when they do.
+            pass

@@ -1,0 +1,228 @@
+"""Worker processes of one vec env: start-up handshake, liveness, and shutdown that always finishes.
+
+``WorkerPool`` owns every OS resource (processes, sockets, doorbells, the segment). Its
+``shutdown`` is idempotent and is also registered with ``weakref.finalize``, so a vec env that is
+garbage-collected or still open at interpreter exit never leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from multiprocessing import reduction
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from vecshm.buffers import Buffers, BufferSpec
+from vecshm.errors import RemoteError, StepTimeoutError, WorkerDiedError, remote_error
+from vecshm.memory import Segment
+from vecshm.protocol import AutoReset, Command
+from vecshm.sync import Doorbell
+from vecshm.worker import WorkerSpec, worker_main
+
+__all__ = ["WorkerPool", "describe_exit"]
+
+CLOSE_GRACE_SECONDS = 5.0
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "is not responding"
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerPool:
+    """Starts one process per slice of envs and tears them all down, whatever state they are in."""
+
+    def __init__(
+        self,
+        env_fns: list[Any],
+        slices: list[tuple[int, int]],
+        *,
+        context: mp.context.BaseContext,
+        autoreset: AutoReset,
+        daemon: bool,
+        spin_seconds: float,
+        worker_settings: list[dict[str, Any]],
+    ) -> None:
+        self.slices = slices
+        self.processes: list[Any] = []
+        self.conns: list[Connection] = []
+        self.doorbells: list[Doorbell] = [Doorbell() for _ in slices]
+        self.done_bell = Doorbell()
+        self.buffers: Buffers | None = None
+        self.segment: Segment | None = None
+        self.stuck: set[int] = set()
+        self.closed = False
+        for w, (start, stop) in enumerate(slices):
+            parent_conn, child_conn = context.Pipe(duplex=True)
+            spec = WorkerSpec(
+                index=w,
+                env_start=start,
+                env_fns=cloudpickle.dumps(env_fns[start:stop]),
+                conn=child_conn,
+                doorbell=self.doorbells[w],
+                done_bell=self.done_bell,
+                autoreset=autoreset,
+                spin_seconds=spin_seconds,
+                settings=worker_settings[w],
+            )
+            process = context.Process(target=worker_main, args=(spec,), daemon=daemon, name=f"vecshm-worker-{w}")
+            self.conns.append(parent_conn)
+            self.processes.append(process)
+            process.start()
+            child_conn.close()
+
+    # -- start-up ---------------------------------------------------------------------------------
+
+    def collect_ready(self, deadline: float | None) -> list[tuple[Any, Any]]:
+        """Spaces reported by each worker once its envs exist; raises the first construction error."""
+        replies = [self.recv(w, deadline, "env construction") for w in range(len(self.slices))]
+        for reply in replies:
+            if reply[0] == "error":
+                raise remote_error(reply[1])
+        return [(reply[1], reply[2]) for reply in replies]
+
+    def attach(self, spec: BufferSpec, deadline: float | None) -> Buffers:
+        """Create the segment, hand its descriptor to every worker, and close it once all have mapped it."""
+        self.segment = Segment(spec.plan().size)
+        for w, conn in enumerate(self.conns):
+            conn.send(("attach", spec))
+            reduction.send_handle(conn, self.segment.fd, self.processes[w].pid)
+        for w in range(len(self.slices)):
+            self.recv(w, deadline, "start-up")
+        self.segment.release_fd()
+        self.buffers = Buffers(spec, self.segment)
+        return self.buffers
+
+    # -- messages and liveness --------------------------------------------------------------------
+
+    def recv(self, w: int, deadline: float | None, during: str) -> Any:
+        """Receive from worker ``w``; a dead worker or a passed deadline raise instead of hanging."""
+        conn, process = self.conns[w], self.processes[w]
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([conn, process.sentinel], timeout)
+            if conn in ready:
+                try:
+                    return conn.recv()
+                except EOFError:
+                    self.raise_died(w, during)
+            if process.sentinel in ready:
+                self.raise_died(w, during)
+            if deadline is not None and time.monotonic() >= deadline:
+                self.raise_timeout([w], during)
+
+    def env_indices(self, w: int) -> list[int]:
+        return list(range(*self.slices[w]))
+
+    def raise_died(self, w: int, during: str) -> None:
+        process = self.processes[w]
+        process.join(1.0)
+        envs = self.env_indices(w)
+        running = ""
+        if self.buffers is not None and during in ("step", "reset"):
+            running = f"; env {int(self.buffers.progress[w])} was running"
+        raise WorkerDiedError(
+            f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{running}. "
+            "The vec env cannot continue; close() it and create a new one.",
+            envs,
+            process.exitcode,
+        )
+
+    def raise_timeout(self, workers: list[int], during: str) -> None:
+        self.stuck.update(workers)
+        if self.buffers is not None and during in ("step", "reset"):
+            envs = [int(self.buffers.progress[w]) for w in workers]
+        else:
+            envs = [i for w in workers for i in self.env_indices(w)]
+        raise StepTimeoutError(
+            f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
+            envs,
+        )
+
+    def first_dead(self) -> int | None:
+        for w, process in enumerate(self.processes):
+            if process.exitcode is not None:
+                return w
+        return None
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Ask every worker to close its envs, then make sure each process is gone."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.buffers is not None:
+            for w, process in enumerate(self.processes):
+                if w not in self.stuck and process.exitcode is None:
+                    self.buffers.cmd[w] = Command.CLOSE
+                    self.buffers.cmd_seq[w] += 1
+                    self.doorbells[w].ring()
+        else:
+            for conn in self.conns:  # workers still in the start-up handshake
+                try:
+                    conn.send(("close",))
+                except OSError:
+                    pass
+        deadline = time.monotonic() + CLOSE_GRACE_SECONDS
+        for w, process in enumerate(self.processes):
+            if w in self.stuck:
+                process.terminate()
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.exitcode is None:
+                process.terminate()
+                process.join(1.0)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+            process.close()
+        for conn in self.conns:
+            conn.close()
+        for bell in [*self.doorbells, self.done_bell]:
+            bell.close()
+        if self.buffers is not None:
+            self.buffers.release()
+        if self.segment is not None:
+            self.segment.close()
+
+
+def as_env_list(env_fns: Any) -> list[Any]:
+    fns = list(env_fns)
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(
+                f"env_fns[{i}] is {type(fn).__name__}, not a callable that returns an env; "
+                "pass factories, e.g. [lambda: gym.make('CartPole-v1') for _ in range(n)]"
+            )
+    if not fns:
+        raise ValueError("env_fns is empty: a vec env needs at least one env factory")
+    return fns
+
+
+def split_envs(num_envs: int, envs_per_worker: int | None, num_cores: int) -> list[tuple[int, int]]:
+    """Contiguous env slices, one per worker: ``envs_per_worker`` each, or spread over the cores."""
+    if envs_per_worker is None:
+        workers = max(1, min(num_envs, num_cores))
+        bounds = np.linspace(0, num_envs, workers + 1).round().astype(int)
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be a positive integer, got {envs_per_worker!r}")
+    if num_envs % envs_per_worker:
+        raise ValueError(
+            f"envs_per_worker={envs_per_worker} does not divide num_envs={num_envs}; every worker must "
+            f"host the same number of envs (e.g. envs_per_worker="
+            f"{max(d for d in range(1, num_envs + 1) if num_envs % d == 0 and d <= envs_per_worker)})"
+        )
+    return [(s, s + envs_per_worker) for s in range(0, num_envs, envs_per_worker)]

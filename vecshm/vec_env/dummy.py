@@ -1,0 +1,106 @@
+"""In-process vec env: the reference the engine is tested against, and a debugging fallback."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.layout import assemble, flatten, leaves
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.env_util import is_wrapped
+
+__all__ = ["DummyVecEnv"]
+
+
+class DummyVecEnv(VecEnv):
+    """Steps each env in turn in this process, with SB3 ``DummyVecEnv`` semantics (nested spaces too)."""
+
+    actions: np.ndarray
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]]) -> None:
+        self.envs = [fn() for fn in env_fns]
+        if len({id(env.unwrapped) for env in self.envs}) != len(self.envs):
+            raise ValueError(
+                "You tried to create multiple environments, but the function to create them returned the same "
+                "instance instead of creating different objects. You are probably using "
+                "`make_vec_env(lambda: env)` or `DummyVecEnv([lambda: env] * n_envs)`. Replace `lambda: env` by "
+                "a function that creates a new env at every call (using `gym.make()` for instance)."
+            )
+        env = self.envs[0]
+        super().__init__(len(env_fns), env.observation_space, env.action_space)
+        self._leaves = leaves(env.observation_space)
+        self.buf_obs = [np.zeros((self.num_envs, *leaf.shape), dtype=leaf.dtype) for leaf in self._leaves]
+        self.buf_dones = np.zeros((self.num_envs,), dtype=bool)
+        self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
+        self.buf_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self.metadata = env.metadata
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self.actions = actions
+
+    def step_wait(self) -> VecEnvStepReturn:
+        for env_idx in range(self.num_envs):
+            obs, self.buf_rews[env_idx], terminated, truncated, self.buf_infos[env_idx] = self.envs[env_idx].step(
+                self._action(env_idx)
+            )
+            self.buf_dones[env_idx] = terminated or truncated
+            self.buf_infos[env_idx]["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[env_idx]:
+                self.buf_infos[env_idx]["terminal_observation"] = obs
+                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            self._save_obs(env_idx, obs)
+        return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), deepcopy(self.buf_infos)
+
+    def _action(self, env_idx: int) -> Any:
+        if isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            return assemble(self.action_space, [a[env_idx] for a in flatten(self.action_space, self.actions)])
+        return self.actions[env_idx]
+
+    def reset(self) -> VecEnvObs:
+        for env_idx in range(self.num_envs):
+            maybe_options = {"options": self._options[env_idx]} if self._options[env_idx] else {}
+            obs, self.reset_infos[env_idx] = self.envs[env_idx].reset(seed=self._seeds[env_idx], **maybe_options)
+            self._save_obs(env_idx, obs)
+        self._reset_seeds()
+        self._reset_options()
+        return self._obs_from_buf()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
+            return [None for _ in self.envs]
+        return [env.render() for env in self.envs]  # type: ignore[misc]
+
+    def _save_obs(self, env_idx: int, obs: Any) -> None:
+        for buffer, value in zip(self.buf_obs, flatten(self.observation_space, obs)):
+            buffer[env_idx] = value
+
+    def _obs_from_buf(self) -> VecEnvObs:
+        return assemble(self.observation_space, [np.copy(b) for b in self.buf_obs])
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return [env.get_wrapper_attr(attr_name) for env in self._get_target_envs(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        for env in self._get_target_envs(indices):
+            setattr(env, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+        return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs) for env in self._get_target_envs(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return [is_wrapped(env, wrapper_class) for env in self._get_target_envs(indices)]
+
+    def _get_target_envs(self, indices: VecEnvIndices) -> list[gym.Env]:
+        return [self.envs[i] for i in self._get_indices(indices)]

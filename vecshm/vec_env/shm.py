@@ -1,0 +1,179 @@
+"""``ShmVecEnv``: SB3's ``SubprocVecEnv`` semantics on the shared-memory engine."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.engine import DEFAULT_INFO_BYTES, Engine
+from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.layout import assemble
+from vecshm.protocol import AutoReset, CallOp, Command
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+__all__ = ["ShmVecEnv"]
+
+
+class ShmVecEnv(VecEnv):
+    """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.
+
+    :param env_fns: factories, one per env (cloudpickled, so lambdas work with every start method)
+    :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as SB3 (forkserver)
+    :param envs_per_worker: envs hosted by each worker process; default spreads them over the
+        usable cores (one process per core, not per env)
+    :param copy: return copies of observations (default). ``False`` returns views of the shared
+        buffers, valid until the next ``step``/``reset``: faster for callers that consume them at once
+    :param step_timeout: seconds an env may take for one command before a ``StepTimeoutError``
+    :param info_bytes: per-env shared space for pickled infos; larger infos take a slower path
+    :param daemon: start workers as daemon processes (as SB3 does); False lets envs have children
+    :param spin: seconds to busy-wait before sleeping (None: automatic, only with a spare core)
+    :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
+    :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker
+
+    >>> import gymnasium as gym
+    >>> from vecshm import ShmVecEnv
+    >>> venv = ShmVecEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    >>> obs = venv.reset()
+    >>> obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
+    >>> venv.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        start_method: str | None = None,
+        *,
+        envs_per_worker: int | None = None,
+        copy: bool = True,
+        step_timeout: float | None = None,
+        info_bytes: int = DEFAULT_INFO_BYTES,
+        daemon: bool = True,
+        spin: float | None = None,
+        cpu_affinity: Any = None,
+        limit_threads: bool = True,
+    ) -> None:
+        self.waiting = False
+        self.closed = True  # until the engine is up: close() must not touch a half-built object
+        fns = list(env_fns)
+        self._engine = Engine(
+            fns,
+            autoreset=AutoReset.SAME_STEP,
+            start_method=start_method,
+            envs_per_worker=envs_per_worker,
+            info_bytes=info_bytes,
+            timeout=step_timeout,
+            daemon=daemon,
+            spin=spin,
+            cpu_affinity=cpu_affinity,
+            limit_threads=limit_threads,
+        )
+        self.closed = False
+        self.copy = copy
+        self._all_envs = list(range(len(fns)))
+        try:
+            super().__init__(len(fns), self._engine.observation_space, self._engine.action_space)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- stepping ---------------------------------------------------------------------------------
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._engine.check_usable()
+        if self.waiting:
+            raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
+        self._engine.write_actions(actions)
+        self._engine.submit(Command.STEP, self._engine.all_workers)
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        self._engine.check_usable()
+        if not self.waiting:
+            raise NoAsyncCallError("step_wait() was called without a pending step_async()")
+        try:
+            self._engine.collect(self._engine.all_workers, "step")
+        finally:
+            self.waiting = False
+        b = self._engine.buffers
+        terminated, truncated = b.terminated.copy(), b.truncated.copy()
+        dones = terminated | truncated
+        infos = self._engine.infos(self._all_envs)
+        self.reset_infos = [{} for _ in self._all_envs]
+        ended = np.flatnonzero(dones).tolist()
+        for i, step_info in zip(ended, self._engine.infos(ended, "final")):
+            step_info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            step_info["terminal_observation"] = assemble(self.observation_space, [a[i].copy() for a in b.final_obs])
+            self.reset_infos[i] = infos[i]
+            infos[i] = step_info
+        for i in np.flatnonzero(~dones).tolist():
+            infos[i]["TimeLimit.truncated"] = False
+        return self._observations(), b.rewards.astype(np.float32), dones, infos
+
+    def reset(self) -> VecEnvObs:
+        self._engine.check_usable()
+        if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
+            self.waiting = False
+            self._engine.collect(self._engine.all_workers, "step")
+        requests = [(seed, options or None) for seed, options in zip(self._seeds, self._options)]
+        self._engine.send_resets(requests, self._engine.all_workers)
+        self._engine.collect(self._engine.all_workers, "reset")
+        self.reset_infos = self._engine.infos(self._all_envs)
+        self._reset_seeds()
+        self._reset_options()
+        return self._observations()
+
+    def _observations(self) -> VecEnvObs:
+        arrays = self._engine.buffers.obs
+        return assemble(self.observation_space, [a.copy() for a in arrays] if self.copy else arrays)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.waiting = False
+        self._engine.close()
+
+    def __repr__(self) -> str:
+        engine = getattr(self, "_engine", None)
+        if engine is None:
+            return f"{type(self).__name__}(<not started>)"
+        sizes = sorted({b - a for a, b in engine.slices})
+        per_worker = "/".join(map(str, sizes))
+        return (
+            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.num_workers}x{per_worker} envs, "
+            f"start_method={engine.start_method!r}, shared={engine.nbytes / 2**20:.2f} MiB, "
+            f"{'closed' if self.closed else 'open'})"
+        )
+
+    # -- rare calls -------------------------------------------------------------------------------
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
+            return [None for _ in self._all_envs]
+        return self._engine.call(CallOp.RENDER, self._all_envs)
+
+    def has_attr(self, attr_name: str) -> bool:
+        return all(self._engine.call(CallOp.HAS_ATTR, self._all_envs, attr_name))
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self._engine.call(CallOp.GET_ATTR, self._get_indices(indices), attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._engine.call(CallOp.SET_ATTR, self._get_indices(indices), attr_name, value, False)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+        return self._engine.call(
+            CallOp.ENV_METHOD, self._get_indices(indices), method_name, method_args, method_kwargs, False
+        )
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return self._engine.call(CallOp.IS_WRAPPED, self._get_indices(indices), wrapper_class)

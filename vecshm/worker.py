@@ -1,0 +1,319 @@
+"""The worker process: hosts a contiguous slice of envs and serves commands from shared memory.
+
+Knows nothing of SB3 or Gymnasium conventions: it steps envs and stores raw results (observation,
+reward, terminated, truncated, info, and the final observation and info of an episode that just
+ended) in the shared buffers. Observations never cross a pipe; infos are pickled into a per-env
+arena slot only when non-empty, and follow on the control socket only when they do not fit.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from vecshm.affinity import apply_worker_settings
+from vecshm.env_util import is_wrapped
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.errors import RemoteError
+from vecshm.layout import assemble, check_leaf_value, flatten
+from vecshm.memory import Segment
+from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.sync import Doorbell, spin_until
+
+__all__ = ["WorkerSpec", "worker_main"]
+
+PARENT_CHECK_SECONDS = 0.5  # how often an idle worker checks that its parent is still alive
+
+
+class ObservationError(ValueError):
+    """An env returned an observation that does not fit its declared observation space."""
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker process needs to start; pickled once at start-up (env factories via cloudpickle)."""
+
+    index: int
+    env_start: int
+    env_fns: bytes
+    conn: Connection
+    doorbell: Doorbell
+    done_bell: Doorbell
+    autoreset: AutoReset
+    spin_seconds: float
+    settings: dict[str, Any]
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Entry point of a worker process."""
+    # Ctrl-C goes to the whole process group; the parent decides what happens to workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    conn = spec.conn
+    apply_worker_settings(spec.settings)
+    envs = _build_envs(spec)
+    if envs is None:
+        return
+    first = envs[0]
+    conn.send(("ready", first.observation_space, first.action_space))
+    message = _recv_or_orphaned(conn, parent)
+    if message is None or message[0] != "attach":
+        _close_envs(envs)
+        return
+    buffer_spec: BufferSpec = message[1]
+    fd = reduction.recv_handle(conn)
+    segment = Segment.attach(fd, buffer_spec.plan().size)
+    buffers = Buffers(buffer_spec, segment)
+    conn.send(("attached",))
+    try:
+        _serve(spec, envs, buffers, parent)
+    finally:
+        _close_envs(envs)
+        buffers.release()
+        segment.close()
+
+
+def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
+    fns: list[Callable[[], gym.Env]] = cloudpickle.loads(spec.env_fns)
+    envs: list[gym.Env] = []
+    for offset, fn in enumerate(fns):
+        index = spec.env_start + offset
+        try:
+            env = fn()
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
+            if any(env.unwrapped is other.unwrapped for other in envs):
+                raise ValueError(
+                    "the env factory returned an env instance that another factory already returned; "
+                    "make each factory create a new env (e.g. `lambda: gym.make(env_id)`), "
+                    "not `lambda: env`"
+                )
+            envs.append(env)
+        except Exception as exc:
+            spec.conn.send(("error", RemoteError(exc, index, "env construction")))
+            _close_envs(envs)
+            return None
+    return envs
+
+
+def _close_envs(envs: list[gym.Env]) -> None:
+    for env in envs:
+        try:
+            env.close()
+        except Exception:  # closing is best effort: the process is about to exit
+            pass
+
+
+def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
+    """Receive from the parent, or None if the parent died meanwhile."""
+    while not conn.poll(PARENT_CHECK_SECONDS):
+        if os.getppid() != parent:
+            return None
+    try:
+        return conn.recv()
+    except EOFError:
+        return None
+
+
+def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int) -> None:
+    runner = EnvRunner(spec, envs, buffers)
+    me = spec.index
+    seen = 0
+    while True:
+        if buffers.cmd_seq[me] == seen:
+            spin_until(lambda: buffers.cmd_seq[me] != seen, spec.spin_seconds)
+        while buffers.cmd_seq[me] == seen:
+            if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
+                return
+        seen = int(buffers.cmd_seq[me])
+        command = Command(int(buffers.cmd[me]))
+        if command is Command.CLOSE:
+            return
+        runner.run(command, seen)
+
+
+class EnvRunner:
+    """Runs one command over the worker's envs and publishes the outcome."""
+
+    def __init__(self, spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers) -> None:
+        self.spec = spec
+        self.envs = envs
+        self.buffers = buffers
+        self.start = spec.env_start
+        self.conn = spec.conn
+        self.obs_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        self.obs_leaves = buffers.spec.obs_leaves
+        self.single_obs_leaf = len(self.obs_leaves) == 1 and not isinstance(
+            self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple)
+        )
+        self.needs_reset = [False] * len(envs)
+        self.autoreset = spec.autoreset
+        self.piped: dict[tuple[str, int], bytes] = {}
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def run(self, command: Command, seq: int) -> None:
+        if command is Command.CALL:
+            self._call()
+            return
+        self.piped = {}
+        error: RemoteError | None = None
+        handler = self._step_one if command is Command.STEP else self._reset_one
+        payload = self.conn.recv() if command is Command.RESET else None
+        for offset in range(len(self.envs)):
+            index = self.start + offset
+            self.buffers.progress[self.spec.index] = index
+            try:
+                handler(offset, index, payload)
+            except Exception as exc:
+                error = RemoteError(exc, index, command.name.lower())
+                break
+        self._publish(seq, error)
+
+    def _publish(self, seq: int, error: RemoteError | None) -> None:
+        me = self.spec.index
+        if error is not None:
+            status = Status.ERROR
+        else:
+            status = Status.OK_PIPED_INFOS if self.piped else Status.OK
+        self.buffers.status[me] = status
+        self.buffers.done_seq[me] = seq
+        self.spec.done_bell.ring()
+        # Anything large goes after the bell, so the parent is already reading when we send.
+        if error is not None:
+            self.conn.send(error)
+        elif self.piped:
+            self.conn.send(self.piped)
+
+    # -- step and reset ---------------------------------------------------------------------------
+
+    def _step_one(self, offset: int, index: int, _payload: Any) -> None:
+        b = self.buffers
+        env = self.envs[offset]
+        b.final_info_len[index] = INFO_EMPTY
+        if self.needs_reset[offset]:
+            obs, info = env.reset()
+            self.needs_reset[offset] = False
+            b.rewards[index] = 0.0
+            b.terminated[index] = False
+            b.truncated[index] = False
+        else:
+            obs, reward, terminated, truncated, info = env.step(self._action(index))
+            b.rewards[index] = reward
+            b.terminated[index] = terminated
+            b.truncated[index] = truncated
+            if terminated or truncated:
+                if self.autoreset is AutoReset.SAME_STEP:
+                    self._write_obs(b.final_obs, index, obs)
+                    self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+                    obs, info = env.reset()
+                elif self.autoreset is AutoReset.NEXT_STEP:
+                    self.needs_reset[offset] = True
+        self._write_obs(b.obs, index, obs)
+        self._write_info(b.info_len, b.info_arena, index, info, "info")
+
+    def _reset_one(self, offset: int, index: int, payload: list[tuple[Any, Any] | None]) -> None:
+        request = payload[offset]
+        if request is None:  # this env is not part of a partial reset
+            return
+        seed, options = request
+        kwargs = {"seed": seed} if options is None else {"seed": seed, "options": options}
+        obs, info = self.envs[offset].reset(**kwargs)
+        self.needs_reset[offset] = False
+        b = self.buffers
+        b.rewards[index] = 0.0
+        b.terminated[index] = False
+        b.truncated[index] = False
+        b.final_info_len[index] = INFO_EMPTY
+        self._write_obs(b.obs, index, obs)
+        self._write_info(b.info_len, b.info_arena, index, info, "info")
+
+    def _action(self, index: int) -> Any:
+        leaves = self.buffers.spec.action_leaves
+        values = [a[index] if leaf.shape == () else a[index].copy() for a, leaf in zip(self.buffers.actions, leaves)]
+        if len(values) == 1 and not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            return values[0]
+        return assemble(self.action_space, values)
+
+    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
+        try:
+            values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
+            for leaf, array, value in zip(self.obs_leaves, arrays, values):
+                array[index] = check_leaf_value(leaf, value)
+        except ValueError as exc:
+            raise ObservationError(
+                f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
+            ) from None
+
+    def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
+        if not info:
+            lengths[index] = INFO_EMPTY
+            return
+        try:
+            blob = pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            blob = cloudpickle.dumps(info)
+        if len(blob) <= arena.shape[1]:
+            arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+            lengths[index] = len(blob)
+        else:
+            lengths[index] = INFO_PIPED
+            self.piped[(kind, index)] = blob
+
+    # -- rare calls -------------------------------------------------------------------------------
+
+    def _call(self) -> None:
+        op, indices, args = self.conn.recv()
+        results = []
+        for index in indices:
+            try:
+                results.append(_CALLS[op](self.envs[index - self.start], *args))
+            except Exception as exc:
+                what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
+                self.conn.send(("error", RemoteError(exc, index, what)))
+                return
+        self.conn.send(("ok", results))
+
+
+def _has_attr(env: gym.Env, name: str) -> bool:
+    try:
+        env.get_wrapper_attr(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _set_attr(env: gym.Env, name: str, value: Any, through_wrappers: bool) -> None:
+    if through_wrappers:
+        env.set_wrapper_attr(name, value)
+    else:
+        setattr(env, name, value)
+
+
+def _env_method(env: gym.Env, name: str, args: tuple, kwargs: dict, call_if_callable: bool) -> Any:
+    attr = env.get_wrapper_attr(name)
+    if call_if_callable and not callable(attr):
+        return attr
+    return attr(*args, **kwargs)
+
+
+_CALLS: dict[int, Callable[..., Any]] = {
+    CallOp.GET_ATTR: lambda env, name: env.get_wrapper_attr(name),
+    CallOp.SET_ATTR: _set_attr,
+    CallOp.HAS_ATTR: _has_attr,
+    CallOp.ENV_METHOD: _env_method,
+    CallOp.IS_WRAPPED: is_wrapped,
+    CallOp.RENDER: lambda env: env.render(),
+    CallOp.GET_SPACES: lambda env: (env.observation_space, env.action_space),
+}

@@ -18,7 +18,12 @@ from vecshm.vec_env import (
     VecEnvWrapper,
 )
 
+from vecshm import sb3 as _sb3
+from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
+
 __version__ = "0.1.0"
+
+_sb3.install()
 
 __all__ = [
     "AlreadyPendingCallError",

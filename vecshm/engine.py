@@ -33,10 +33,12 @@ from vecshm.errors import (
 from vecshm.layout import Leaf, flatten, leaves
 from vecshm.pool import WorkerPool, as_env_list, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.sync import Spinner
 
 __all__ = ["Engine", "EngineState", "default_start_method"]
 
 DEFAULT_INFO_BYTES = 2048
+DEFAULT_SPIN_SECONDS = 1e-3
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
@@ -98,6 +100,7 @@ class Engine:
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
         self.all_workers = np.arange(self.num_workers)
         self.spin_seconds = self._spin_budget(spin)
+        self._spinner = Spinner(self.spin_seconds)
         self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
         settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
         self.state = EngineState.READY
@@ -138,13 +141,12 @@ class Engine:
             self._poller.register(fd, select.POLLIN)
 
     def _spin_budget(self, spin: float | None) -> float:
-        """Seconds each side may busy-wait before sleeping: only when a core is free to burn."""
+        """Longest busy-wait before sleeping, for the parent and each worker (the spinners adapt below it)."""
         if spin is not None:
             return max(0.0, float(spin))
         if platform.machine() not in SPIN_ARCHES:
             return 0.0
-        spare_cores = len(usable_cores()) - 1  # the parent keeps one
-        return 50e-6 if self.num_workers <= spare_cores else 0.0
+        return DEFAULT_SPIN_SECONDS
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -220,15 +222,10 @@ class Engine:
         def finished() -> np.ndarray:
             return workers[b.done_seq[workers] == expected]
 
-        done = finished()
-        if len(done) >= need:
-            return done
-        if self.spin_seconds:
-            deadline_spin = time.perf_counter() + self.spin_seconds
-            while time.perf_counter() < deadline_spin:
-                done = finished()
-                if len(done) >= need:
-                    return done
+        started = time.perf_counter()
+        if self._spinner.spin(lambda: int((b.done_seq[workers] == expected).sum()) >= need):
+            self._spinner.record(time.perf_counter() - started)
+            return finished()
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             timeout_ms = None
@@ -238,6 +235,7 @@ class Engine:
             self.pool.done_bell.take()
             done = finished()
             if len(done) >= need:
+                self._spinner.record(time.perf_counter() - started)
                 return done
             for fd, _ in events:
                 if fd in self._sentinels:

@@ -13,9 +13,10 @@ import os
 import select
 import time
 from multiprocessing import reduction
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Doorbell", "spin_until"]
+__all__ = ["Doorbell", "Spinner"]
 
 
 class Doorbell:
@@ -57,13 +58,35 @@ def _rebuild_doorbell(dup: Any) -> Doorbell:
     return Doorbell(dup.detach())
 
 
-def spin_until(predicate: Any, seconds: float) -> bool:
-    """Busy-check ``predicate`` for at most ``seconds``; True as soon as it holds."""
-    if seconds <= 0:
-        return False
-    deadline = time.perf_counter() + seconds
-    while True:
-        if predicate():
-            return True
-        if time.perf_counter() >= deadline:
+class Spinner:
+    """Adaptive, polite busy-wait in front of a blocking wait.
+
+    Spins only while it pays: the budget follows a moving average of recent waits (1.5x it), and
+    drops to zero when recent waits were longer than ``max_seconds``. Each spin iteration yields the
+    core (``sched_yield``), so a spinning process never starves a runnable one on the same core.
+    """
+
+    def __init__(self, max_seconds: float) -> None:
+        self.max_seconds = max_seconds
+        self.average = 0.0
+
+    def record(self, waited: float) -> None:
+        self.average = 0.8 * self.average + 0.2 * waited
+
+    @property
+    def budget(self) -> float:
+        budget = 1.5 * self.average
+        return budget if budget <= self.max_seconds else 0.0
+
+    def spin(self, predicate: Callable[[], bool]) -> bool:
+        """Busy-check ``predicate`` within the current budget; True as soon as it holds."""
+        budget = self.budget if self.max_seconds > 0 else 0.0
+        if budget <= 0:
             return False
+        deadline = time.perf_counter() + budget
+        while True:
+            if predicate():
+                return True
+            if time.perf_counter() >= deadline:
+                return False
+            os.sched_yield()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import reduction
@@ -28,11 +29,18 @@ from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten
 from vecshm.memory import Segment
 from vecshm.protocol import AutoReset, CallOp, Command, Status
-from vecshm.sync import Doorbell, spin_until
+from vecshm.sync import Doorbell, Spinner
 
 __all__ = ["WorkerSpec", "worker_main"]
 
 PARENT_CHECK_SECONDS = 0.5  # how often an idle worker checks that its parent is still alive
+
+
+class _EnvFailure(Exception):
+    """Carries the record of an env's exception out of the per-env loop."""
+
+    def __init__(self, record: RemoteError) -> None:
+        self.record = record
 
 
 class ObservationError(ValueError):
@@ -127,15 +135,19 @@ def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
 
 def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int) -> None:
     runner = EnvRunner(spec, envs, buffers)
+    spinner = Spinner(spec.spin_seconds)
     me = spec.index
+    cmd_seq = buffers.cmd_seq
     seen = 0
     while True:
-        if buffers.cmd_seq[me] == seen:
-            spin_until(lambda: buffers.cmd_seq[me] != seen, spec.spin_seconds)
-        while buffers.cmd_seq[me] == seen:
+        idle_since = time.perf_counter()
+        if cmd_seq[me] == seen:
+            spinner.spin(lambda: cmd_seq[me] != seen)
+        while cmd_seq[me] == seen:
             if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
                 return
-        seen = int(buffers.cmd_seq[me])
+        spinner.record(time.perf_counter() - idle_since)
+        seen = int(cmd_seq[me])
         command = Command(int(buffers.cmd[me]))
         if command is Command.CLOSE:
             return
@@ -157,6 +169,7 @@ class EnvRunner:
         self.single_obs_leaf = len(self.obs_leaves) == 1 and not isinstance(
             self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple)
         )
+        self.action_of = self._action_reader()
         self.needs_reset = [False] * len(envs)
         self.autoreset = spec.autoreset
         self.piped: dict[tuple[str, int], bytes] = {}
@@ -169,16 +182,13 @@ class EnvRunner:
             return
         self.piped = {}
         error: RemoteError | None = None
-        handler = self._step_one if command is Command.STEP else self._reset_one
-        payload = self.conn.recv() if command is Command.RESET else None
-        for offset in range(len(self.envs)):
-            index = self.start + offset
-            self.buffers.progress[self.spec.index] = index
-            try:
-                handler(offset, index, payload)
-            except Exception as exc:
-                error = RemoteError(exc, index, command.name.lower())
-                break
+        try:
+            if command is Command.STEP:
+                self._step_all()
+            else:
+                self._reset_all(self.conn.recv())
+        except _EnvFailure as failure:
+            error = failure.record
         self._publish(seq, error)
 
     def _publish(self, seq: int, error: RemoteError | None) -> None:
@@ -198,55 +208,60 @@ class EnvRunner:
 
     # -- step and reset ---------------------------------------------------------------------------
 
-    def _step_one(self, offset: int, index: int, _payload: Any) -> None:
+    def _step_all(self) -> None:
+        """Step every env; scalars are gathered in lists and written once per command."""
         b = self.buffers
-        env = self.envs[offset]
-        b.final_info_len[index] = INFO_EMPTY
-        if self.needs_reset[offset]:
-            obs, info = env.reset()
-            self.needs_reset[offset] = False
-            b.rewards[index] = 0.0
-            b.terminated[index] = False
-            b.truncated[index] = False
-        else:
-            obs, reward, terminated, truncated, info = env.step(self._action(index))
-            b.rewards[index] = reward
-            b.terminated[index] = terminated
-            b.truncated[index] = truncated
-            if terminated or truncated:
-                if self.autoreset is AutoReset.SAME_STEP:
-                    self._write_obs(b.final_obs, index, obs)
-                    self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+        start, stop = self.start, self.start + len(self.envs)
+        rewards, terminated, truncated = [], [], []
+        index = start
+        b.final_info_len[start:stop] = INFO_EMPTY
+        try:
+            for offset, env in enumerate(self.envs):
+                index = start + offset
+                b.progress[self.spec.index] = index
+                if self.needs_reset[offset]:
                     obs, info = env.reset()
-                elif self.autoreset is AutoReset.NEXT_STEP:
-                    self.needs_reset[offset] = True
-        self._write_obs(b.obs, index, obs)
-        self._write_info(b.info_len, b.info_arena, index, info, "info")
+                    self.needs_reset[offset] = False
+                    reward, term, trunc = 0.0, False, False
+                else:
+                    obs, reward, term, trunc, info = env.step(self.action_of(index))
+                    if term or trunc:
+                        if self.autoreset is AutoReset.SAME_STEP:
+                            self._write_obs(b.final_obs, index, obs)
+                            self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+                            obs, info = env.reset()
+                        elif self.autoreset is AutoReset.NEXT_STEP:
+                            self.needs_reset[offset] = True
+                rewards.append(reward)
+                terminated.append(term)
+                truncated.append(trunc)
+                self._write_obs(b.obs, index, obs)
+                self._write_info(b.info_len, b.info_arena, index, info, "info")
+            b.rewards[start:stop] = rewards
+            b.terminated[start:stop] = terminated
+            b.truncated[start:stop] = truncated
+        except Exception as exc:
+            raise _EnvFailure(RemoteError(exc, index, "step")) from None
 
-    def _reset_one(self, offset: int, index: int, payload: list[tuple[Any, Any] | None]) -> None:
-        request = payload[offset]
-        if request is None:  # this env is not part of a partial reset
-            return
-        seed, options = request
-        kwargs = {"seed": seed} if options is None else {"seed": seed, "options": options}
-        obs, info = self.envs[offset].reset(**kwargs)
-        self.needs_reset[offset] = False
-        b = self.buffers
-        b.rewards[index] = 0.0
-        b.terminated[index] = False
-        b.truncated[index] = False
-        b.final_info_len[index] = INFO_EMPTY
-        self._write_obs(b.obs, index, obs)
-        self._write_info(b.info_len, b.info_arena, index, info, "info")
-
-    def _action(self, index: int) -> Any:
-        leaves = self.buffers.spec.action_leaves
-        values = [a[index] if leaf.shape == () else a[index].copy() for a, leaf in zip(self.buffers.actions, leaves)]
-        if len(values) == 1 and not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            return values[0]
-        return assemble(self.action_space, values)
+    def _action_reader(self) -> Callable[[int], Any]:
+        """A function from env index to that env's action, built once for the action space."""
+        arrays, action_leaves = self.buffers.actions, self.buffers.spec.action_leaves
+        if len(arrays) == 1 and not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            array = arrays[0]
+            if action_leaves[0].shape == ():
+                return array.__getitem__  # a NumPy scalar: already a copy
+            return lambda index: array[index].copy()
+        return lambda index: assemble(
+            self.action_space,
+            [a[index] if leaf.shape == () else a[index].copy() for a, leaf in zip(arrays, action_leaves)],
+        )
 
     def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
+        if self.single_obs_leaf:
+            leaf = self.obs_leaves[0]
+            if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
+                arrays[0][index] = obs  # the common case: one memcpy, nothing to check
+                return
         try:
             values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
             for leaf, array, value in zip(self.obs_leaves, arrays, values):
@@ -255,6 +270,28 @@ class EnvRunner:
             raise ObservationError(
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
             ) from None
+
+    def _reset_all(self, requests: list[tuple[Any, Any] | None]) -> None:
+        b = self.buffers
+        index = self.start
+        try:
+            for offset, (env, request) in enumerate(zip(self.envs, requests)):
+                index = self.start + offset
+                if request is None:  # not part of a partial reset
+                    continue
+                b.progress[self.spec.index] = index
+                seed, options = request
+                kwargs = {"seed": seed} if options is None else {"seed": seed, "options": options}
+                obs, info = env.reset(**kwargs)
+                self.needs_reset[offset] = False
+                b.rewards[index] = 0.0
+                b.terminated[index] = False
+                b.truncated[index] = False
+                b.final_info_len[index] = INFO_EMPTY
+                self._write_obs(b.obs, index, obs)
+                self._write_info(b.info_len, b.info_arena, index, info, "info")
+        except Exception as exc:
+            raise _EnvFailure(RemoteError(exc, index, "reset")) from None
 
     def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
         if not info:

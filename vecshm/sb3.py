@@ -1,0 +1,82 @@
+"""Make Stable-Baselines3 accept vecshm's classes, without importing SB3 (or torch) ourselves.
+
+SB3 checks ``isinstance(env, VecEnv)`` (and friends such as ``VecNormalize`` in
+``sync_envs_normalization``). SB3's classes are ABCs, so vecshm registers its own classes as
+virtual subclasses of their SB3 counterparts, the moment SB3's ``vec_env`` package finishes
+importing (or at once, if it already has). Nothing here imports SB3.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+from typing import Any
+
+__all__ = ["install", "register_with_sb3", "COUNTERPARTS"]
+
+SB3_VEC_ENV = "stable_baselines3.common.vec_env"
+
+# vecshm class path -> SB3 class name in stable_baselines3.common.vec_env
+COUNTERPARTS: dict[str, str] = {
+    "vecshm.vec_env.base:VecEnv": "VecEnv",
+    "vecshm.vec_env.base:VecEnvWrapper": "VecEnvWrapper",
+    "vecshm.vec_env.dummy:DummyVecEnv": "DummyVecEnv",
+    "vecshm.vec_env.shm:ShmVecEnv": "SubprocVecEnv",
+}
+
+
+def register_with_sb3(sb3_vec_env: ModuleType) -> None:
+    """Register every vecshm class as a virtual subclass of its SB3 counterpart."""
+    for path, sb3_name in COUNTERPARTS.items():
+        module_name, class_name = path.split(":")
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+        ours = getattr(module, class_name)
+        theirs = getattr(sb3_vec_env, sb3_name, None)
+        if theirs is not None and not issubclass(ours, theirs):
+            theirs.register(ours)
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    """Runs SB3's own loader, then registers vecshm's classes with the module it produced."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        register_with_sb3(module)
+
+
+class _SB3Finder(importlib.abc.MetaPathFinder):
+    """Watches for SB3's ``vec_env`` package and wraps its loader."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != SB3_VEC_ENV:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _RegisteringLoader(spec.loader)
+                return spec
+        return None
+
+
+_FINDER = _SB3Finder()
+
+
+def install() -> None:
+    """Register now if SB3 is loaded, else as soon as it is (idempotent)."""
+    module = sys.modules.get(SB3_VEC_ENV)
+    if module is not None:
+        register_with_sb3(module)
+    elif _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+

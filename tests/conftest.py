@@ -1,0 +1,173 @@
+"""Test envs and helpers: deterministic envs over every supported space, and deep comparisons."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+# Worker processes on a loaded 2-core CI machine can be slow to start; no test relies on timing,
+# these only bound how long a broken build may hang.
+HANG_GUARD_SECONDS = 60
+
+SPACES: dict[str, spaces.Space] = {
+    "box_f32": spaces.Box(-1.0, 1.0, (3,), np.float32),
+    "box_f64_2d": spaces.Box(-5.0, 5.0, (2, 3), np.float64),
+    "box_i16": spaces.Box(-100, 100, (4,), np.int16),
+    "frame_u8": spaces.Box(0, 255, (210, 160, 3), np.uint8),
+    "discrete": spaces.Discrete(5, start=-2),
+    "multidiscrete": spaces.MultiDiscrete([3, 4, 2]),
+    "multibinary": spaces.MultiBinary([2, 3]),
+    "dict": spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "k": spaces.Discrete(3)}),
+    "tuple": spaces.Tuple((spaces.Discrete(4), spaces.Box(0, 1, (2,), np.float32))),
+    "nested": spaces.Dict(
+        {
+            "a": spaces.Tuple((spaces.MultiBinary(3), spaces.Dict({"x": spaces.Box(-2, 2, (1,), np.float32)}))),
+            "b": spaces.Box(0, 255, (8, 8, 1), np.uint8),
+        }
+    ),
+}
+
+ACTION_SPACES: dict[str, spaces.Space] = {
+    "discrete": spaces.Discrete(3),
+    "box": spaces.Box(-1.0, 1.0, (2,), np.float32),
+    "multidiscrete": spaces.MultiDiscrete([2, 5]),
+    "dict": spaces.Dict({"move": spaces.Discrete(4), "force": spaces.Box(-1, 1, (1,), np.float32)}),
+}
+
+
+def action_signature(space: spaces.Space, action: Any) -> float:
+    """A number that changes with every action component, so a wrong transfer changes rewards."""
+    leaves = gym.spaces.flatten(space, action)
+    return float(np.sum(np.asarray(leaves, dtype=np.float64) * np.arange(1, len(leaves) + 1)))
+
+
+class SpaceEnv(gym.Env):
+    """Deterministic env over any space: seeded observations, rewards that depend on the action,
+    random terminations, time-limit truncations, empty and non-empty infos, and occasionally an
+    info too large for the shared arena slot."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space | None = None,
+        big_info_every: int = 7,
+        render_mode: str | None = "rgb_array",
+        tag: int = 0,
+    ) -> None:
+        # each env owns its spaces: a space shared in-process would share its sampling RNG
+        self.observation_space = copy.deepcopy(observation_space)
+        self.action_space = copy.deepcopy(action_space or spaces.Discrete(3))
+        self.big_info_every = big_info_every
+        self.render_mode = render_mode
+        self.tag = tag
+        self.t = 0
+        self.rng = np.random.default_rng(0)
+        self.last_options: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+            self.observation_space.seed(seed)
+        self.t = 0
+        self.last_options = options
+        info = {"reset_seed": seed, "options": options} if seed is not None or options else {}
+        return self.observation_space.sample(), info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert self.action_space.contains(action), f"invalid action {action!r}"
+        self.t += 1
+        reward = float(self.rng.standard_normal()) + 1e-3 * action_signature(self.action_space, action)
+        terminated = bool(self.rng.random() < 0.08)
+        info: dict[str, Any] = {}
+        if self.t % 3 == 0:
+            info = {"t": self.t, "vec": np.full(2, self.t, dtype=np.float32)}
+        if self.big_info_every and self.t % self.big_info_every == 0:
+            info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena slot
+        return self.observation_space.sample(), reward, terminated, False, info
+
+    def render(self) -> np.ndarray:
+        return np.full((4, 6, 3), (self.t + self.tag) % 256, dtype=np.uint8)
+
+
+def make_space_env(obs_key: str, act_key: str = "discrete", max_steps: int = 12, **kwargs: Any):
+    """A picklable factory (closures over plain values), wrapped in a TimeLimit."""
+
+    def factory() -> gym.Env:
+        env = SpaceEnv(SPACES[obs_key], ACTION_SPACES[act_key], **kwargs)
+        return gym.wrappers.TimeLimit(env, max_episode_steps=max_steps)
+
+    return factory
+
+
+def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
+    """Exact equality of nested dict/tuple/list/array values (dtype and bits included)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for key in a:
+            assert_tree_equal(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), f"{where}: {a!r} != {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_tree_equal(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a_arr, b_arr = np.asarray(a), np.asarray(b)
+        assert a_arr.shape == b_arr.shape, f"{where}: shape {a_arr.shape} != {b_arr.shape}"
+        assert a_arr.dtype == b_arr.dtype, f"{where}: dtype {a_arr.dtype} != {b_arr.dtype}"
+        assert a_arr.tobytes() == b_arr.tobytes(), f"{where}: values differ"
+    else:
+        assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"
+
+
+def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any:
+    """A batch of ``n`` valid actions with a leading env axis, in the space's dtypes."""
+    space.seed(int(rng.integers(1 << 31)))
+    samples = [space.sample() for _ in range(n)]
+    return gym.vector.utils.concatenate(
+        space, samples, gym.vector.utils.create_empty_array(space, n, fn=np.zeros)
+    )
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind."""
+    import psutil
+
+    me = psutil.Process()
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    fds_before = me.num_fds()
+    yield
+    children = [c for c in me.children(recursive=True) if c.is_running() and not _is_mp_helper(c)]
+    assert not children, f"child processes left behind: {children}"
+    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert shm_after <= shm_before, f"/dev/shm entries left behind: {shm_after - shm_before}"
+    assert me.num_fds() <= fds_before + 2, f"file descriptors grew from {fds_before} to {me.num_fds()}"
+
+
+def _is_mp_helper(process: Any) -> bool:
+    """multiprocessing's long-lived helpers (forkserver, resource tracker) belong to the session."""
+    try:
+        command = " ".join(process.cmdline())
+    except Exception:
+        return False
+    return "forkserver" in command or "resource_tracker" in command
+
+
+@pytest.fixture(scope="session", autouse=True)
+def multiprocessing_helpers():
+    """Start multiprocessing's helper processes once, so per-test resource checks do not count them."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    if "forkserver" in mp.get_all_start_methods():
+        forkserver.ensure_running()
+    yield

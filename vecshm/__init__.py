@@ -16,7 +16,9 @@ from vecshm.vec_env import (
     ShmVecEnv,
     VecEnv,
     VecEnvWrapper,
+    make_vec_env,
 )
+from vecshm.monitor import Monitor
 
 from vecshm import sb3 as _sb3
 from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
@@ -39,5 +41,7 @@ __all__ = [
     "VecShmError",
     "WorkerDiedError",
     "WorkerError",
+    "Monitor",
+    "make_vec_env",
     "__version__",
 ]

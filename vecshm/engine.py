@@ -126,13 +126,13 @@ class Engine:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
         reported = self.pool.collect_ready(deadline)
         self.observation_space, self.action_space = reported[0]
+        self.spec = BufferSpec(self.observation_space, self.action_space, self.num_envs, self.num_workers, info_bytes)
         for w, (obs_space, action_space) in enumerate(reported):
             if not (_same_layout(obs_space, self.observation_space) and _same_layout(action_space, self.action_space)):
                 raise ValueError(
                     f"env {self.slices[w][0]} has spaces {obs_space} / {action_space}, which differ from env 0's "
                     f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
                 )
-        self.spec = BufferSpec(self.observation_space, self.action_space, self.num_envs, self.num_workers, info_bytes)
         self.buffers: Buffers = self.pool.attach(self.spec, deadline)
         self._poller = select.poll()
         self._poller.register(self.pool.done_bell.fd, select.POLLIN)

@@ -8,6 +8,7 @@ garbage-collected or still open at interpreter exit never leaves a process behin
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from multiprocessing import reduction
@@ -75,6 +76,7 @@ class WorkerPool:
                 autoreset=autoreset,
                 spin_seconds=spin_seconds,
                 settings=worker_settings[w],
+                parent_pid=os.getpid(),
             )
             process = context.Process(target=worker_main, args=(spec,), daemon=daemon, name=f"vecshm-worker-{w}")
             self.conns.append(parent_conn)

@@ -8,9 +8,12 @@ arena slot only when non-empty, and follow on the control socket only when they 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from typing import Any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
+import psutil
 
 from vecshm.affinity import apply_worker_settings
 from vecshm.env_util import is_wrapped
@@ -33,7 +37,8 @@ from vecshm.sync import Doorbell, Spinner
 
 __all__ = ["WorkerSpec", "worker_main"]
 
-PARENT_CHECK_SECONDS = 0.5  # how often an idle worker checks that its parent is still alive
+PARENT_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is still alive
+PR_SET_PDEATHSIG = 1
 
 
 class _EnvFailure(Exception):
@@ -60,6 +65,7 @@ class WorkerSpec:
     autoreset: AutoReset
     spin_seconds: float
     settings: dict[str, Any]
+    parent_pid: int
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -67,6 +73,7 @@ def worker_main(spec: WorkerSpec) -> None:
     # Ctrl-C goes to the whole process group; the parent decides what happens to workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
+    _exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
     envs = _build_envs(spec)
@@ -89,6 +96,35 @@ def worker_main(spec: WorkerSpec) -> None:
         _close_envs(envs)
         buffers.release()
         segment.close()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this worker as soon as the vec env's process is gone, even if an env is stuck in step().
+
+    A daemon thread polls the parent (pid reuse and zombies included) and hard-exits the process;
+    where the parent is also our direct parent, the kernel's parent-death signal acts at once.
+    """
+    if os.getppid() == parent_pid and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    try:
+        parent = psutil.Process(parent_pid)
+    except psutil.NoSuchProcess:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_SECONDS)
+            try:
+                alive = parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+            if not alive:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="vecshm-parent-watch", daemon=True).start()
 
 
 def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:

@@ -10,6 +10,7 @@ from vecshm.vec_env.base import (
     tile_images,
 )
 from vecshm.vec_env.dummy import DummyVecEnv
+from vecshm.vec_env.make import make_vec_env
 from vecshm.vec_env.shm import ShmVecEnv
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "VecEnvObs",
     "VecEnvStepReturn",
     "VecEnvWrapper",
+    "make_vec_env",
     "tile_images",
 ]

@@ -1,0 +1,70 @@
+"""Envs that misbehave on purpose, for the error-path tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class FaultyEnv(gym.Env):
+    """Behaves until step ``fail_at``, then does ``fault`` (raise, hang, die, bad obs, ...)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, fault: str = "none", fail_at: int = 3, fail_in_reset: bool = False) -> None:
+        self.observation_space = spaces.Box(-1, 1, (3,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.fault = fault
+        self.fail_at = fail_at
+        self.fail_in_reset = fail_in_reset
+        self.t = 0
+        self.render_mode = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        if self.fail_in_reset:
+            self._fail()
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= self.fail_at:
+            return self._fail()
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+    def _fail(self):
+        if self.fault == "raise":
+            raise ValueError(f"boom at t={self.t}")
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault == "abort":
+            os.abort()
+        if self.fault == "exit":
+            raise SystemExit(3)
+        if self.fault == "bad_shape":
+            return np.zeros(4, np.float32), 0.0, False, False, {}
+        if self.fault == "bad_dtype":
+            return np.zeros(3, np.complex64), 0.0, False, False, {}
+        if self.fault == "bad_type":
+            return "not an array", 0.0, False, False, {}
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def faulty(fault: str = "none", **kwargs):
+    return lambda: FaultyEnv(fault, **kwargs)
+
+
+def healthy():
+    return FaultyEnv("none")
+
+
+def raises_in_constructor():
+    raise RuntimeError("cannot build this env")

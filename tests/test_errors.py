@@ -1,0 +1,215 @@
+"""Every failure reaches the caller as a clear exception naming the env, and nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import psutil
+import pytest
+from conftest import make_space_env
+from faulty_envs import faulty, healthy, raises_in_constructor
+from gymnasium import spaces
+
+from vecshm import (
+    AlreadyPendingCallError,
+    ClosedError,
+    FailedError,
+    NoAsyncCallError,
+    ShmVecEnv,
+    StepTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+)
+
+ZEROS = np.zeros(4, dtype=np.int64)
+
+
+def four_envs(fault: str, bad_index: int = 2, **kwargs):
+    return [faulty(fault, **kwargs) if i == bad_index else healthy for i in range(4)]
+
+
+def step_until_error(venv, steps: int = 10):
+    venv.reset()
+    for _ in range(steps):
+        venv.step(ZEROS)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "actions, message",
+    [
+        (np.zeros(3, dtype=np.int64), "shape"),
+        (np.zeros((4, 1), dtype=np.int64), "shape"),
+        (np.zeros(4, dtype=np.float32), "integers"),
+        (np.array(["a"] * 4), "integers"),
+    ],
+)
+def test_wrong_actions_are_rejected_before_reaching_workers(actions, message):
+    with ShmVecEnv([healthy] * 4) as venv:
+        venv.reset()
+        with pytest.raises(ValueError, match=message):
+            venv.step(actions)
+        venv.step(ZEROS)  # still usable: nothing was sent
+
+
+def test_box_actions_of_the_wrong_kind_are_rejected():
+    fns = [make_space_env("box_f32", "box") for _ in range(2)]
+    with ShmVecEnv(fns) as venv:
+        venv.reset()
+        with pytest.raises(ValueError, match=r"shape \(2, 3\), expected \(2, 2\)"):
+            venv.step(np.zeros((2, 3), np.float32))
+        with pytest.raises(ValueError, match="dtype"):
+            venv.step(np.zeros((2, 2), dtype=np.complex64))
+
+
+@pytest.mark.parametrize("fault", ["bad_shape", "bad_dtype", "bad_type"])
+def test_observation_outside_the_space_names_the_env(fault, no_leaks):
+    with ShmVecEnv(four_envs(fault, fail_at=2)) as venv:
+        with pytest.raises(WorkerError, match="env 2 raised .*does not fit the declared observation space") as info:
+            step_until_error(venv)
+        assert info.value.env_index == 2
+        assert isinstance(info.value, ValueError)
+
+
+def test_unsupported_space_is_a_type_error_that_names_it():
+    def text_env():
+        env = healthy()
+        env.observation_space = spaces.Text(5)
+        return env
+
+    with pytest.raises(TypeError, match="Text.*FlattenObservation"):
+        ShmVecEnv([text_env, text_env])
+
+
+def test_bad_constructor_arguments(no_leaks):
+    with pytest.raises(ValueError, match="start_method"):
+        ShmVecEnv([healthy], start_method="telepathy")
+    with pytest.raises(TypeError, match="env_fns\\[1\\]"):
+        ShmVecEnv([healthy, "not callable"])
+    with pytest.raises(ValueError, match="empty"):
+        ShmVecEnv([])
+    with pytest.raises(ValueError, match="does not divide"):
+        ShmVecEnv([healthy] * 5, envs_per_worker=2)
+    with pytest.raises(ValueError, match="envs_per_worker"):
+        ShmVecEnv([healthy] * 2, envs_per_worker=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ShmVecEnv([healthy], num_threads=3)
+
+
+def test_factory_returning_the_same_instance_is_refused(no_leaks):
+    env = healthy()
+    with pytest.raises(ValueError, match="same env|already returned"):
+        ShmVecEnv([lambda: env, lambda: env], envs_per_worker=2, start_method="fork")
+
+
+def test_spaces_that_differ_between_envs_are_refused(no_leaks):
+    def other():
+        env = healthy()
+        env.observation_space = spaces.Box(-1, 1, (5,), np.float32)
+        return env
+
+    with pytest.raises(ValueError, match="differ from env 0"):
+        ShmVecEnv([healthy, other], envs_per_worker=1)
+
+
+# -- out-of-order calls ---------------------------------------------------------------------------
+
+
+def test_calls_out_of_order_and_after_close(no_leaks):
+    venv = ShmVecEnv([healthy] * 2)
+    with pytest.raises(NoAsyncCallError):
+        venv.step_wait()
+    venv.reset()
+    venv.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(AlreadyPendingCallError):
+        venv.step_async(np.zeros(2, dtype=np.int64))
+    venv.step_wait()
+    venv.close()
+    venv.close()  # idempotent
+    for call in (venv.reset, lambda: venv.step(np.zeros(2, dtype=np.int64)), lambda: venv.get_attr("t")):
+        with pytest.raises(ClosedError, match="closed"):
+            call()
+
+
+# -- env exceptions -------------------------------------------------------------------------------
+
+
+def test_exception_in_step_names_env_and_keeps_the_traceback(no_leaks):
+    venv = ShmVecEnv(four_envs("raise", bad_index=2), envs_per_worker=2)
+    with pytest.raises(WorkerError) as info:
+        step_until_error(venv)
+    error = info.value
+    assert isinstance(error, ValueError), "the original exception type is preserved"
+    assert error.env_index == 2 and error.command == "step"
+    assert "boom at t=3" in str(error) and "faulty_envs.py" in error.remote_traceback
+    with pytest.raises(FailedError, match="env 2 raised"):
+        venv.step(ZEROS)
+    venv.close()
+
+
+def test_exception_in_reset_names_env(no_leaks):
+    with ShmVecEnv(four_envs("raise", bad_index=3, fail_in_reset=True)) as venv:
+        with pytest.raises(WorkerError, match="env 3 raised .*ValueError during reset"):
+            venv.reset()
+
+
+def test_exception_in_constructor_names_env(no_leaks):
+    fns = [healthy, raises_in_constructor, healthy]
+    with pytest.raises(WorkerError, match="env 1 raised .*RuntimeError during env construction: cannot build"):
+        ShmVecEnv(fns, envs_per_worker=1)
+
+
+def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():
+    with ShmVecEnv([healthy] * 2) as venv:
+        venv.reset()
+        with pytest.raises(AttributeError, match="env 0 raised"):
+            venv.get_attr("no_such_attribute")
+        assert venv.has_attr("no_such_attribute") is False
+        with pytest.raises(TypeError, match="env 1 raised"):
+            venv.env_method("step", indices=[1])  # missing argument
+        venv.step(np.zeros(2, dtype=np.int64))
+
+
+# -- dead and hung workers ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault, cause", [("sigkill", "SIGKILL"), ("abort", "SIGABRT"), ("exit", "exited with code 3")])
+def test_dead_worker_is_reported_with_its_cause(fault, cause, no_leaks):
+    venv = ShmVecEnv(four_envs(fault, bad_index=1), envs_per_worker=2)
+    with pytest.raises(WorkerDiedError, match=f"worker 0 \\(envs 0-1\\) .*{cause}.*env 1 was running") as info:
+        step_until_error(venv)
+    assert info.value.env_indices == [0, 1]
+    with pytest.raises(FailedError):
+        venv.step(ZEROS)
+    venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_worker_killed_from_outside_is_detected_while_waiting(no_leaks):
+    venv = ShmVecEnv(four_envs("hang", bad_index=3, fail_at=2), envs_per_worker=2)
+    venv.reset()
+    venv.step(ZEROS)
+    venv.step_async(ZEROS)  # env 3 now hangs
+    os.kill(venv._engine.pool.processes[1].pid, signal.SIGKILL)
+    with pytest.raises(WorkerDiedError, match="worker 1 .*SIGKILL"):
+        venv.step_wait()
+    venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_hung_env_times_out_and_close_terminates_it(no_leaks):
+    venv = ShmVecEnv(four_envs("hang", bad_index=2, fail_at=2), step_timeout=1.0)
+    pids = [p.pid for p in venv._engine.pool.processes]
+    with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\]") as info:
+        step_until_error(venv)
+    assert info.value.env_indices == [2]
+    assert isinstance(info.value, TimeoutError)
+    with pytest.raises(FailedError):
+        venv.step(ZEROS)
+    venv.close()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in pids)

@@ -1,0 +1,142 @@
+"""Nothing outlives the vec env: not after close(), an exception, Ctrl-C, or SIGKILL of the parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+from faulty_envs import healthy
+
+from vecshm import ShmVecEnv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PARENT_SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    sys.path.insert(0, {tests!r})
+    from faulty_envs import faulty
+    from vecshm import ShmVecEnv
+
+    if __name__ == "__main__":
+        venv = ShmVecEnv([faulty("hang", fail_at=2) for _ in range(4)], start_method={method!r}, envs_per_worker=2)
+        venv.reset()
+        venv.step(np.zeros(4, dtype=np.int64))
+        print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+        try:
+            venv.step(np.zeros(4, dtype=np.int64))  # every env hangs: the parent waits here
+        except KeyboardInterrupt:
+            venv.close()
+            print("interrupted-and-closed", flush=True)
+    """
+)
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.05)  # polling an external process table: no event to wait on
+    return alive
+
+
+def start_parent(method: str) -> tuple[subprocess.Popen, list[int]]:
+    script = PARENT_SCRIPT.format(tests=os.path.join(ROOT, "tests"), method=method)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = parent.stdout.readline()
+    assert line.strip(), f"parent failed to start: {parent.stderr.read()}"
+    return parent, [int(p) for p in line.split()]
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_workers_exit_when_the_parent_is_killed(method):
+    before = shm_entries()
+    parent, workers = start_parent(method)
+    parent.kill()
+    parent.wait()
+    # the envs are stuck inside step(): the workers must still end, within a few seconds
+    assert wait_gone(workers, 20) == []
+    assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
+        from faulty_envs import healthy
+        from vecshm import ShmVecEnv
+        if __name__ == "__main__":
+            venv = ShmVecEnv([healthy] * 4, start_method={method!r}, envs_per_worker=2)
+            venv.reset()
+            print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+            time.sleep(600)
+        """
+    )
+    before = shm_entries()
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in parent.stdout.readline().split()]
+    assert workers
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert wait_gone(workers, 20) == []
+    assert shm_entries() <= before
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
+    parent, workers = start_parent("forkserver")
+    parent.send_signal(signal.SIGINT)
+    out, err = parent.communicate(timeout=120)
+    assert "interrupted-and-closed" in out, err
+    assert wait_gone(workers, 30) == []
+    assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
+
+
+def test_importing_vecshm_does_not_import_torch_or_sb3():
+    code = "import sys, vecshm; print('torch' in sys.modules, 'stable_baselines3' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_many_create_close_cycles_leak_nothing(no_leaks):
+    me = psutil.Process()
+    ShmVecEnv([healthy] * 2).close()  # warm-up: first-use allocations are not leaks
+    fds, threads = me.num_fds(), me.num_threads()
+    for _ in range(20):
+        venv = ShmVecEnv([healthy] * 2)
+        venv.reset()
+        venv.close()
+    assert me.num_fds() <= fds and me.num_threads() <= threads
+
+
+def test_garbage_collected_vec_env_shuts_its_workers_down(no_leaks):
+    venv = ShmVecEnv([healthy] * 2)
+    pids = [p.pid for p in venv._engine.pool.processes]
+    del venv
+    import gc
+
+    gc.collect()
+    assert wait_gone(pids, 30) == []
+
+
+def test_exception_inside_with_block_closes_the_vec_env(no_leaks):
+    with pytest.raises(RuntimeError, match="user code"), ShmVecEnv([healthy] * 2) as venv:
+        pids = [p.pid for p in venv._engine.pool.processes]
+        raise RuntimeError("user code failed")
+    assert wait_gone(pids, 30) == []

@@ -131,9 +131,7 @@ def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any
     """A batch of ``n`` valid actions with a leading env axis, in the space's dtypes."""
     space.seed(int(rng.integers(1 << 31)))
     samples = [space.sample() for _ in range(n)]
-    return gym.vector.utils.concatenate(
-        space, samples, gym.vector.utils.create_empty_array(space, n, fn=np.zeros)
-    )
+    return gym.vector.utils.concatenate(space, samples, gym.vector.utils.create_empty_array(space, n, fn=np.zeros))
 
 
 @pytest.fixture

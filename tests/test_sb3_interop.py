@@ -9,6 +9,7 @@ from conftest import assert_tree_equal, make_space_env
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
     SubprocVecEnv,
     VecEnv,
@@ -17,7 +18,6 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
     VecNormalize,
     VecTransposeImage,
 )
-from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv  # noqa: E402
 
 from vecshm import DummyVecEnv, ShmVecEnv  # noqa: E402
 

@@ -1,5 +1,7 @@
 """vecshm: vectorized RL environments on shared memory, a drop-in for SB3's SubprocVecEnv."""
 
+from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
+from vecshm import sb3 as _sb3
 from vecshm.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -10,6 +12,7 @@ from vecshm.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from vecshm.monitor import Monitor
 from vecshm.vec_env import (
     CloudpickleWrapper,
     DummyVecEnv,
@@ -18,10 +21,6 @@ from vecshm.vec_env import (
     VecEnvWrapper,
     make_vec_env,
 )
-from vecshm.monitor import Monitor
-
-from vecshm import sb3 as _sb3
-from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
 
 __version__ = "0.1.0"
 

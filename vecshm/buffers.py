@@ -52,7 +52,11 @@ class BufferSpec:
             ("info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
             ("final_info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
         ]
-        for prefix, leaf_list in (("act", self.action_leaves), ("obs", self.obs_leaves), ("final", self.obs_leaves)):
+        for prefix, leaf_list in (
+            ("act", self.action_leaves),
+            ("obs", self.obs_leaves),
+            ("final", self.obs_leaves),
+        ):
             arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(leaf_list)]
         return SegmentPlan(arrays)
 

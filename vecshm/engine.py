@@ -56,9 +56,7 @@ def default_start_method() -> str:
 def _context(start_method: str | None) -> mp.context.BaseContext:
     method = start_method or default_start_method()
     if method not in mp.get_all_start_methods():
-        raise ValueError(
-            f"start_method={method!r} is not available here; choose one of {mp.get_all_start_methods()}"
-        )
+        raise ValueError(f"start_method={method!r} is not available here; choose one of {mp.get_all_start_methods()}")
     return mp.get_context(method)
 
 

@@ -129,11 +129,7 @@ def check_leaf_value(leaf: Leaf, value: Any) -> np.ndarray:
     """
     array = np.asarray(value)
     if array.shape != leaf.shape:
-        raise ValueError(
-            f"value at {leaf.name} has shape {array.shape}, but the space declares {leaf.shape}"
-        )
+        raise ValueError(f"value at {leaf.name} has shape {array.shape}, but the space declares {leaf.shape}")
     if array.dtype != leaf.dtype and not np.can_cast(array.dtype, leaf.dtype, casting="same_kind"):
-        raise ValueError(
-            f"value at {leaf.name} has dtype {array.dtype}, which does not fit the declared {leaf.dtype}"
-        )
+        raise ValueError(f"value at {leaf.name} has dtype {array.dtype}, which does not fit the declared {leaf.dtype}")
     return array

@@ -53,8 +53,7 @@ class SegmentPlan:
 
     def views(self, buffer: mmap.mmap) -> dict[str, np.ndarray]:
         return {
-            f.name: np.ndarray(f.shape, dtype=f.dtype, buffer=buffer, offset=f.offset)
-            for f in self.fields.values()
+            f.name: np.ndarray(f.shape, dtype=f.dtype, buffer=buffer, offset=f.offset) for f in self.fields.values()
         }
 
 

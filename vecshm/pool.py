@@ -19,7 +19,7 @@ import cloudpickle
 import numpy as np
 
 from vecshm.buffers import Buffers, BufferSpec
-from vecshm.errors import RemoteError, StepTimeoutError, WorkerDiedError, remote_error
+from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.memory import Segment
 from vecshm.protocol import AutoReset, Command
 from vecshm.sync import Doorbell
@@ -165,18 +165,33 @@ class WorkerPool:
         if self.closed:
             return
         self.closed = True
+        self._ask_to_close()
+        self._reap()
+        for conn in self.conns:
+            conn.close()
+        for bell in [*self.doorbells, self.done_bell]:
+            bell.close()
         if self.buffers is not None:
-            for w, process in enumerate(self.processes):
-                if w not in self.stuck and process.exitcode is None:
-                    self.buffers.cmd[w] = Command.CLOSE
-                    self.buffers.cmd_seq[w] += 1
-                    self.doorbells[w].ring()
-        else:
-            for conn in self.conns:  # workers still in the start-up handshake
+            self.buffers.release()
+        if self.segment is not None:
+            self.segment.close()
+
+    def _ask_to_close(self) -> None:
+        if self.buffers is None:  # still in the start-up handshake
+            for conn in self.conns:
                 try:
                     conn.send(("close",))
                 except OSError:
                     pass
+            return
+        for w, process in enumerate(self.processes):
+            if w not in self.stuck and process.exitcode is None:
+                self.buffers.cmd[w] = Command.CLOSE
+                self.buffers.cmd_seq[w] += 1
+                self.doorbells[w].ring()
+
+    def _reap(self) -> None:
+        """Join within a grace period; terminate, then kill, whatever is still running."""
         deadline = time.monotonic() + CLOSE_GRACE_SECONDS
         for w, process in enumerate(self.processes):
             if w in self.stuck:
@@ -190,14 +205,6 @@ class WorkerPool:
                 process.kill()
                 process.join()
             process.close()
-        for conn in self.conns:
-            conn.close()
-        for bell in [*self.doorbells, self.done_bell]:
-            bell.close()
-        if self.buffers is not None:
-            self.buffers.release()
-        if self.segment is not None:
-            self.segment.close()
 
 
 def as_env_list(env_fns: Any) -> list[Any]:

@@ -79,4 +79,3 @@ def install() -> None:
         register_with_sb3(module)
     elif _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
-

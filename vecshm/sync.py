@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import select
 import time
-from multiprocessing import reduction
 from collections.abc import Callable
+from multiprocessing import reduction
 from typing import Any
 
 __all__ = ["Doorbell", "Spinner"]

@@ -27,8 +27,8 @@ import numpy as np
 import psutil
 
 from vecshm.affinity import apply_worker_settings
-from vecshm.env_util import is_wrapped
 from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten
 from vecshm.memory import Segment
@@ -178,7 +178,7 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int)
     while True:
         idle_since = time.perf_counter()
         if cmd_seq[me] == seen:
-            spinner.spin(lambda: cmd_seq[me] != seen)
+            spinner.spin(lambda seen=seen: cmd_seq[me] != seen)
         while cmd_seq[me] == seen:
             if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
                 return

@@ -60,7 +60,9 @@ class VecEnv(ABC):
         try:
             render_modes = self.get_attr("render_mode")
         except AttributeError:
-            warnings.warn("The `render_mode` attribute is not defined in your environment. It will be set to None.")
+            warnings.warn(
+                "The `render_mode` attribute is not defined in your environment. It will be set to None.", stacklevel=2
+            )
             render_modes = [None for _ in range(num_envs)]
         assert all(mode == render_modes[0] for mode in render_modes), (
             "render_mode mode should be the same for all environments"
@@ -109,7 +111,9 @@ class VecEnv(ABC):
         """Set attribute ``attr_name`` on each env in ``indices``."""
 
     @abstractmethod
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
         """Call ``method_name`` on each env in ``indices`` and return the results."""
 
     @abstractmethod
@@ -129,18 +133,22 @@ class VecEnv(ABC):
             if self.render_mode != "rgb_array":
                 warnings.warn(
                     f"You tried to render a VecEnv with mode='{mode}' but the render mode defined when "
-                    f"initializing the environment must be 'human' or 'rgb_array', not '{self.render_mode}'."
+                    f"initializing the environment must be 'human' or 'rgb_array', not '{self.render_mode}'.",
+                    stacklevel=2,
                 )
                 return None
         elif mode and self.render_mode != mode:
             warnings.warn(
                 f"Render modes are set when the envs are created; the mode ({mode}) has to be the same as "
-                f"the environment render mode ({self.render_mode}), which is not the case."
+                f"the environment render mode ({self.render_mode}), which is not the case.",
+                stacklevel=2,
             )
             return None
         mode = mode or self.render_mode
         if mode is None:
-            warnings.warn("You tried to call render() but no `render_mode` was passed to the env constructor.")
+            warnings.warn(
+                "You tried to call render() but no `render_mode` was passed to the env constructor.", stacklevel=2
+            )
             return None
         if self.render_mode == "human":
             self.env_method("render")
@@ -255,7 +263,9 @@ class VecEnvWrapper(VecEnv):
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         return self.venv.set_attr(attr_name, value, indices)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
         return self.venv.env_method(method_name, *method_args, indices=indices, **method_kwargs)
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:

@@ -10,9 +10,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecshm.env_util import is_wrapped
 from vecshm.layout import assemble, flatten, leaves
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
-from vecshm.env_util import is_wrapped
 
 __all__ = ["DummyVecEnv"]
 
@@ -77,7 +77,8 @@ class DummyVecEnv(VecEnv):
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":
             warnings.warn(
-                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
             )
             return [None for _ in self.envs]
         return [env.render() for env in self.envs]  # type: ignore[misc]
@@ -96,8 +97,12 @@ class DummyVecEnv(VecEnv):
         for env in self._get_target_envs(indices):
             setattr(env, attr_name, value)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
-        return [env.get_wrapper_attr(method_name)(*method_args, **method_kwargs) for env in self._get_target_envs(indices)]
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return [
+            env.get_wrapper_attr(method_name)(*method_args, **method_kwargs) for env in self._get_target_envs(indices)
+        ]
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         return [is_wrapped(env, wrapper_class) for env in self._get_target_envs(indices)]

@@ -156,7 +156,8 @@ class ShmVecEnv(VecEnv):
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":
             warnings.warn(
-                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
             )
             return [None for _ in self._all_envs]
         return self._engine.call(CallOp.RENDER, self._all_envs)
@@ -170,7 +171,9 @@ class ShmVecEnv(VecEnv):
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         self._engine.call(CallOp.SET_ATTR, self._get_indices(indices), attr_name, value, False)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
         return self._engine.call(
             CallOp.ENV_METHOD, self._get_indices(indices), method_name, method_args, method_kwargs, False
         )

@@ -1,0 +1,37 @@
+# vecshm developer tasks. `make install` once, then `make bench` (the main job) or `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install test lint format bench bench-pytest bench-full clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+
+install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plots and test tools
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[dev]'
+
+test: install  ## the README's test command
+	$(BIN)/python -m pytest -q
+
+lint:  ## ruff lint and format check
+	$(BIN)/ruff check vecshm tests benchmarks examples
+	$(BIN)/ruff format --check vecshm tests benchmarks examples
+
+format:
+	$(BIN)/ruff format vecshm tests benchmarks examples
+	$(BIN)/ruff check --fix vecshm tests benchmarks examples
+
+bench: install  ## the main job: vecshm vs SB3 and Gymnasium on the built-in pixel env, as a table
+	$(BIN)/python -m vecshm.bench
+
+bench-pytest: install  ## pytest-benchmark view of the step overhead
+	$(BIN)/python -m pytest benchmarks -q
+
+bench-full: install  ## every workload (Atari included), n_envs sweep, plot in bench-results/
+	$(BIN)/python -m vecshm.bench -w frames dict busy200 vector pong -n 2 8 32 -r 5
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache

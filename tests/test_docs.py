@@ -1,0 +1,27 @@
+"""Every Python example in the README and docs/ runs as written."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [
+    pytest.param(block, id=f"{path.name}:{i}")
+    for path in DOCS
+    for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S))
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("code", BLOCKS)
+def test_documented_example_runs(code, tmp_path):
+    if "stable_baselines3" in code:
+        pytest.importorskip("stable_baselines3")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr

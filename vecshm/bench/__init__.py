@@ -1,0 +1,1 @@
+"""The benchmark suite: ``python -m vecshm.bench`` (see ``vecshm.bench.cli``)."""

@@ -1,0 +1,110 @@
+"""``vecshm-bench`` / ``python -m vecshm.bench``: vecshm against the vectorizers users would pick instead.
+
+With no arguments: the built-in zero-compute pixel workload (210x160x3 frames), 8 envs, every
+installed system, interleaved rounds, printed as a table (a minute or two on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
+from vecshm.bench.report import machine_info, markdown, plot, to_json
+from vecshm.bench.runner import Case, run_case
+from vecshm.bench.systems import SYSTEMS, get_systems
+from vecshm.bench.workloads import WORKLOADS, get_workload
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vecshm-bench",
+        description="Measure vecshm against SB3 SubprocVecEnv/DummyVecEnv, Gymnasium Async/SyncVectorEnv "
+        "and EnvPool, in interleaved rounds on the same workload.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("-w", "--workload", nargs="+", default=["frames"], choices=list(WORKLOADS))
+    parser.add_argument("-n", "--n-envs", nargs="+", type=int, default=[8], help="sweep, e.g. 1 2 4 8 16 32 64")
+    parser.add_argument("-s", "--systems", nargs="+", default=None, help=f"subset of: {'; '.join(SYSTEMS)}")
+    parser.add_argument("-r", "--rounds", type=int, default=5, help="interleaved rounds per case")
+    parser.add_argument("--seconds", type=float, default=1.0, help="measurement time per system per round")
+    parser.add_argument("--no-ideal", action="store_true", help="skip the independent-processes ideal")
+    parser.add_argument("--no-floor", action="store_true", help="skip the memcpy and round-trip floor figures")
+    parser.add_argument("-o", "--output", default="bench-results", help="directory for results.{md,json,png}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    return parser
+
+
+def _progress(quiet: bool) -> tuple[Callable[[str], None], Callable[[], None]]:
+    if quiet:
+        return (lambda _: None), (lambda: None)
+    try:
+        from rich.console import Console
+
+        status = Console(stderr=True).status("starting")
+        status.start()
+        return (lambda text: status.update(text)), status.stop
+    except ImportError:
+        return (lambda text: print(f"  {text}", file=sys.stderr, flush=True)), (lambda: None)
+
+
+def floor_figures(frame_bytes: int) -> dict[str, str]:
+    figures = {f"memcpy of one batch ({frame_bytes / 2**20:.2f} MiB)": f"{memcpy_seconds(frame_bytes) * 1e6:.1f} us"}
+    for same_core in (True, False):
+        trip = semaphore_round_trip(same_core)
+        label = f"semaphore round-trip between two processes, {'same core' if same_core else 'across cores'}"
+        figures[label] = "n/a (one core)" if trip is None else f"{trip * 1e6:.1f} us"
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    systems = get_systems(args.systems)
+    update, stop = _progress(args.quiet)
+    cases: list[Case] = []
+    info = machine_info()
+    floor = None
+    try:
+        for name in args.workload:
+            workload = get_workload(name)
+            reason = workload.available()
+            if reason:
+                print(f"skipping workload {name}: {reason}", file=sys.stderr)
+                continue
+            for n_envs in args.n_envs:
+                update(f"{name}, {n_envs} envs")
+                prefix = f"{name} x{n_envs} | "
+                cases.append(
+                    run_case(
+                        workload,
+                        n_envs,
+                        systems,
+                        args.rounds,
+                        args.seconds,
+                        ideal=not args.no_ideal,
+                        progress=lambda text, p=prefix: update(p + text),
+                    )
+                )
+        if not args.no_floor:
+            update("floor figures")
+            floor = floor_figures(max(args.n_envs) * 210 * 160 * 3)
+    finally:
+        stop()
+    text = markdown(cases, info, floor)
+    print(text)
+    os.makedirs(args.output, exist_ok=True)
+    with open(os.path.join(args.output, "results.md"), "w") as handle:
+        handle.write(text)
+    with open(os.path.join(args.output, "results.json"), "w") as handle:
+        handle.write(to_json(cases, info, floor, sys.argv if argv is None else argv))
+    png = plot(cases, os.path.join(args.output, "results.png"))
+    print(f"wrote {args.output}/results.md, results.json" + (", results.png" if png else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Results as a Markdown table, a JSON record with the raw rounds, and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from vecshm.affinity import usable_cores
+from vecshm.bench.runner import IDEAL, Case
+from vecshm.bench.systems import BASELINE
+
+__all__ = ["machine_info", "markdown", "to_json", "plot"]
+
+
+def machine_info() -> dict[str, Any]:
+    versions = {}
+    for package in ("vecshm", "numpy", "gymnasium", "stable-baselines3", "torch", "ale-py", "envpool"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(usable_cores()),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "versions": versions,
+    }
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | None = None) -> str:
+    lines = [
+        f"Machine: {info['usable_cores']} usable cores ({info['machine']}), load average "
+        f"{', '.join(f'{x:.2f}' for x in info['load_average'] or [])}, Python {info['python']}",
+        "",
+    ]
+    for case in cases:
+        ideal = float(np.median(case.rounds[IDEAL])) if case.rounds.get(IDEAL) else None
+        rounds = len(next(iter(case.rounds.values()), []))
+        lines += [
+            f"### {case.workload}, {case.n_envs} envs ({rounds} interleaved rounds)",
+            "",
+            f"| system | env-steps/s (median) | min | max | x {BASELINE} | % of ideal |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, values in case.rounds.items():
+            ratios = case.ratios(name)
+            ratio = f"{np.median(ratios):.2f}x" if ratios else "-"
+            share = f"{100 * np.median(values) / ideal:.0f}%" if ideal and name != IDEAL else "-"
+            spread = f"{_fmt(np.median(values))} | {_fmt(min(values))} | {_fmt(max(values))}"
+            lines.append(f"| {name} | {spread} | {ratio} | {share} |")
+        for name, reason in case.skipped.items():
+            lines.append(f"| {name} | skipped: {reason} | | | | |")
+        lines.append("")
+    if floor:
+        lines += ["### Floor on this machine", ""]
+        lines += [f"- {key}: {value}" for key, value in floor.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_json(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | None, argv: list[str]) -> str:
+    return json.dumps(
+        {
+            "command": argv,
+            "machine": info,
+            "floor": floor,
+            "cases": [
+                {
+                    "workload": c.workload,
+                    "n_envs": c.n_envs,
+                    "rounds": c.rounds,
+                    "ratios_to_baseline": {name: c.ratios(name) for name in c.rounds},
+                    "skipped": c.skipped,
+                }
+                for c in cases
+            ],
+        },
+        indent=2,
+    )
+
+
+def plot(cases: list[Case], path: str) -> str | None:
+    """Throughput against n_envs per system, one panel per workload; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    workloads = sorted({c.workload for c in cases})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
+    for ax, workload in zip(axes[0], workloads):
+        chosen = sorted((c for c in cases if c.workload == workload), key=lambda c: c.n_envs)
+        names = {name for c in chosen for name in c.rounds}
+        for name in sorted(names):
+            points = [(c.n_envs, np.median(c.rounds[name])) for c in chosen if c.rounds.get(name)]
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", label=name, linestyle="--" if name == IDEAL else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("num_envs")
+        ax.set_ylabel("env-steps/s (median)")
+        ax.set_title(workload)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

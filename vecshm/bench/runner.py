@@ -1,0 +1,141 @@
+"""Interleaved measurement: every system, and the measured ideal, once per round, in turn."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vecshm.affinity import usable_cores
+from vecshm.bench.systems import BASELINE, Stepper, System
+from vecshm.bench.workloads import Workload
+
+__all__ = ["Case", "run_case", "measure_rate"]
+
+IDEAL = "ideal (independent processes)"
+
+
+@dataclass
+class Case:
+    """Results of one (workload, n_envs): env-steps/s per system, one entry per round."""
+
+    workload: str
+    n_envs: int
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def ratios(self, name: str, baseline: str = BASELINE) -> list[float]:
+        """Round-by-round ratio of ``name`` to ``baseline`` (same round, same machine state)."""
+        if baseline not in self.rounds or name not in self.rounds:
+            return []
+        return [a / b for a, b in zip(self.rounds[name], self.rounds[baseline]) if b > 0]
+
+
+def measure_rate(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seconds: float) -> float:
+    """Env-steps per second over ``seconds`` of back-to-back steps."""
+    steps = 0
+    start = time.perf_counter()
+    while True:
+        stepper.step(actions[steps % len(actions)])
+        steps += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and steps >= 3:
+            return steps * n_envs / elapsed
+
+
+def _ideal_worker(workload: Workload, actions: list[Any], commands: Any, results: Any) -> None:
+    env = workload.factory()()
+    env.reset(seed=0)
+    while True:
+        seconds = commands.get()
+        if seconds is None:
+            break
+        steps = 0
+        start = time.perf_counter()
+        while True:
+            _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
+            steps += 1
+            if terminated or truncated:
+                env.reset()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+        results.put(steps / elapsed)
+    env.close()
+
+
+class IdealPool:
+    """min(n_envs, cores) processes, each stepping its own env in a plain loop, no vectorizer."""
+
+    def __init__(self, workload: Workload, n_envs: int) -> None:
+        context = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self.size = max(1, min(n_envs, len(usable_cores())))
+        single = [a[0] for a in workload.actions(1)]
+        self.commands = [context.Queue() for _ in range(self.size)]
+        self.results = context.Queue()
+        self.processes = [
+            context.Process(target=_ideal_worker, args=(workload, single, q, self.results), daemon=True)
+            for q in self.commands
+        ]
+        for process in self.processes:
+            process.start()
+
+    def measure(self, seconds: float) -> float:
+        for queue in self.commands:
+            queue.put(seconds)
+        return float(sum(self.results.get(timeout=seconds + 120) for _ in self.processes))
+
+    def close(self) -> None:
+        for queue in self.commands:
+            queue.put(None)
+        for process in self.processes:
+            process.join(10)
+            if process.exitcode is None:
+                process.terminate()
+
+
+def run_case(
+    workload: Workload,
+    n_envs: int,
+    systems: list[System],
+    rounds: int,
+    seconds: float,
+    ideal: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Case:
+    """Build every system once, then measure them in interleaved rounds (A B C A B C ...)."""
+    case = Case(workload.name, n_envs)
+    actions = workload.actions(n_envs)
+    built: dict[str, Any] = {}
+    try:
+        for system in systems:
+            reason = system.available(workload)
+            if reason:
+                case.skipped[system.name] = reason
+                continue
+            progress(f"starting {system.name}")
+            stepper = system.build(workload, n_envs)
+            stepper.reset()
+            measure_rate(stepper, actions, n_envs, min(0.3, seconds))  # warm-up: caches, spinners, JIT
+            built[system.name] = stepper
+            case.rounds[system.name] = []
+        if ideal:
+            progress("starting ideal processes")
+            built[IDEAL] = IdealPool(workload, n_envs)
+            case.rounds[IDEAL] = []
+        for r in range(rounds):
+            for name, runner in built.items():
+                progress(f"round {r + 1}/{rounds}: {name}")
+                if name == IDEAL:
+                    rate = runner.measure(seconds)
+                else:
+                    rate = measure_rate(runner, actions, n_envs, seconds)
+                case.rounds[name].append(rate)
+    finally:
+        for runner in built.values():
+            runner.close()
+    return case

@@ -1,0 +1,124 @@
+"""The vectorizers compared, each behind the same two calls: ``reset()`` and ``step(actions)``."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vecshm.bench.workloads import Workload
+
+__all__ = ["System", "SYSTEMS", "Stepper", "get_systems"]
+
+
+class Stepper:
+    """A built vectorizer: ``step`` runs one batch; ``close`` releases it."""
+
+    def __init__(self, env: Any, step: Callable[[np.ndarray], Any], reset: Callable[[], Any]) -> None:
+        self.env = env
+        self.step = step
+        self.reset = reset
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    build: Callable[[Workload, int], Stepper]
+    requires: tuple[str, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def available(self, workload: Workload) -> str | None:
+        """None if this system can run ``workload`` here, else the reason it is skipped."""
+        for module in self.requires:
+            if importlib.util.find_spec(module) is None:
+                return f"{module} is not installed"
+        if self.name.startswith("EnvPool") and not workload.atari:
+            return "EnvPool only runs its own (Atari) envs"
+        return None
+
+
+def _stepper(venv: Any) -> Stepper:
+    return Stepper(venv, venv.step, venv.reset)
+
+
+def _shm(**options: Any) -> Callable[[Workload, int], Stepper]:
+    def build(workload: Workload, n_envs: int) -> Stepper:
+        from vecshm import ShmVecEnv
+
+        return _stepper(ShmVecEnv(workload.factories(n_envs), **options))
+
+    return build
+
+
+def _vecshm_dummy(workload: Workload, n_envs: int) -> Stepper:
+    from vecshm import DummyVecEnv
+
+    return _stepper(DummyVecEnv(workload.factories(n_envs)))
+
+
+def _sb3_subproc(workload: Workload, n_envs: int) -> Stepper:
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    return _stepper(SubprocVecEnv(workload.factories(n_envs)))
+
+
+def _sb3_dummy(workload: Workload, n_envs: int) -> Stepper:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    return _stepper(DummyVecEnv(workload.factories(n_envs)))
+
+
+def _gym_async(workload: Workload, n_envs: int) -> Stepper:
+    import gymnasium as gym
+
+    return _stepper(gym.vector.AsyncVectorEnv(workload.factories(n_envs), shared_memory=True))
+
+
+def _gym_sync(workload: Workload, n_envs: int) -> Stepper:
+    import gymnasium as gym
+
+    return _stepper(gym.vector.SyncVectorEnv(workload.factories(n_envs)))
+
+
+def _envpool(workload: Workload, n_envs: int) -> Stepper:
+    import envpool
+
+    env = envpool.make_gymnasium(workload.env_id.split("/")[-1], num_envs=n_envs)
+    return _stepper(env)
+
+
+SYSTEMS: dict[str, System] = {
+    s.name: s
+    for s in [
+        System("vecshm ShmVecEnv", _shm()),
+        System("vecshm ShmVecEnv copy=False", _shm(copy=False)),
+        System("vecshm DummyVecEnv", _vecshm_dummy),
+        System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
+        System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),
+        System("Gymnasium AsyncVectorEnv(shared_memory=True)", _gym_async),
+        System("Gymnasium SyncVectorEnv", _gym_sync),
+        System("EnvPool", _envpool, ("envpool",)),
+    ]
+}
+
+BASELINE = "SB3 SubprocVecEnv"
+
+
+def get_systems(names: list[str] | None) -> list[System]:
+    if not names:
+        return list(SYSTEMS.values())
+    chosen = []
+    for name in names:
+        matches = [s for key, s in SYSTEMS.items() if key == name] or [
+            s for key, s in SYSTEMS.items() if name.lower() in key.lower()
+        ]
+        if not matches:
+            raise ValueError(f"unknown system {name!r}; choose from: {', '.join(SYSTEMS)}")
+        chosen += [m for m in matches if m not in chosen]
+    return chosen

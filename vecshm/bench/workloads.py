@@ -1,0 +1,88 @@
+"""Benchmark workloads: env factories and the fixed action sequence every system is fed."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["Workload", "WORKLOADS", "get_workload"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named env and how to build it; ``atari`` workloads need ale-py."""
+
+    name: str
+    description: str
+    env_id: str
+    kwargs: tuple[tuple[str, object], ...] = ()
+    atari: bool = False
+
+    def factory(self) -> Callable[[], gym.Env]:
+        return functools.partial(_make, self.env_id, dict(self.kwargs), self.atari)
+
+    def factories(self, n_envs: int) -> list[Callable[[], gym.Env]]:
+        return [self.factory() for _ in range(n_envs)]
+
+    def available(self) -> str | None:
+        """None when the workload can run here, else why not."""
+        if not self.atari:
+            return None
+        try:
+            import ale_py  # noqa: F401
+        except ImportError:
+            return "ale-py is not installed (pip install 'vecshm[atari]')"
+        return None
+
+    def actions(self, n_envs: int, count: int = 64, seed: int = 0) -> list[np.ndarray]:
+        """A fixed cycle of action batches, the same for every system."""
+        space = gym.make(self.env_id, **dict(self.kwargs)).action_space if not self.atari else _atari_space(self)
+        space.seed(seed)
+        return [np.stack([np.asarray(space.sample()) for _ in range(n_envs)]) for _ in range(count)]
+
+
+def _atari_space(workload: Workload) -> gym.Space:
+    env = _make(workload.env_id, dict(workload.kwargs), True)
+    space = env.action_space
+    env.close()
+    return space
+
+
+def _make(env_id: str, kwargs: dict, atari: bool) -> gym.Env:
+    if atari:
+        import ale_py
+
+        gym.register_envs(ale_py)
+    else:
+        import vecshm.envs  # noqa: F401  (registers vecshm/... ids in spawned workers)
+    return gym.make(env_id, **kwargs)
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload("frames", "zero-compute env, 210x160x3 uint8 frames (pure overhead)", "vecshm/Frames-v0"),
+        Workload("dict", "Dict obs: 84x84x3 uint8 image + float32 vector", "vecshm/DictImage-v0"),
+        Workload("busy200", "CPU-bound: burns 200 us per step, small obs", "vecshm/Busy-v0", (("step_us", 200.0),)),
+        Workload(
+            "variable",
+            "CPU-bound with variable cost: 0-400 us per step, uniformly at random",
+            "vecshm/Busy-v0",
+            (("step_us", 0.0), ("max_step_us", 400.0)),
+        ),
+        Workload("vector", "small float32 vector obs, CartPole-sized", "vecshm/VectorObs-v0"),
+        Workload("pong", "ALE/Pong-v5 through ale-py", "ALE/Pong-v5", atari=True),
+        Workload("breakout", "ALE/Breakout-v5 through ale-py", "ALE/Breakout-v5", atari=True),
+    ]
+}
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None

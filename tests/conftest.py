@@ -122,6 +122,10 @@ def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
         a_arr, b_arr = np.asarray(a), np.asarray(b)
         assert a_arr.shape == b_arr.shape, f"{where}: shape {a_arr.shape} != {b_arr.shape}"
         assert a_arr.dtype == b_arr.dtype, f"{where}: dtype {a_arr.dtype} != {b_arr.dtype}"
+        if a_arr.dtype == object:
+            for i, (x, y) in enumerate(zip(a_arr.ravel(), b_arr.ravel())):
+                assert_tree_equal(x, y, f"{where}[{i}]")
+            return
         assert a_arr.tobytes() == b_arr.tobytes(), f"{where}: values differ"
     else:
         assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"

@@ -21,6 +21,7 @@ from vecshm.vec_env import (
     VecEnvWrapper,
     make_vec_env,
 )
+from vecshm.vector_env import ShmVectorEnv
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "FailedError",
     "NoAsyncCallError",
     "ShmVecEnv",
+    "ShmVectorEnv",
     "StepTimeoutError",
     "VecEnv",
     "VecEnvWrapper",

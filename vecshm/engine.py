@@ -200,10 +200,15 @@ class Engine:
             start, stop = self.slices[w]
             self.pool.conns[w].send(requests[start:stop])
 
-    def collect(self, workers: np.ndarray, during: str, need: int | None = None) -> np.ndarray:
-        """Wait until ``need`` (default: all) of ``workers`` finished their command; return those."""
+    def collect(
+        self, workers: np.ndarray, during: str, need: int | None = None, timeout: float | None = None
+    ) -> np.ndarray:
+        """Wait until ``need`` (default: all) of ``workers`` finished their command; return those.
+
+        ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
+        """
         try:
-            done = self._wait(workers, len(workers) if need is None else need, during)
+            done = self._wait(workers, len(workers) if need is None else need, during, timeout or self.timeout)
             self._gather(done, during)
         except VecShmError as error:
             self._fail(error)
@@ -213,7 +218,7 @@ class Engine:
             raise
         return done
 
-    def _wait(self, workers: np.ndarray, need: int, during: str) -> np.ndarray:
+    def _wait(self, workers: np.ndarray, need: int, during: str, timeout: float | None) -> np.ndarray:
         b = self.buffers
         expected = b.cmd_seq[workers]
 
@@ -224,7 +229,7 @@ class Engine:
         if self._spinner.spin(lambda: int((b.done_seq[workers] == expected).sum()) >= need):
             self._spinner.record(time.perf_counter() - started)
             return finished()
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             timeout_ms = None
             if deadline is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import traceback
 from typing import Any
 
@@ -57,8 +58,8 @@ class WorkerDiedError(VecShmError, RuntimeError):
         self.exitcode = exitcode
 
 
-class StepTimeoutError(VecShmError, TimeoutError):
-    """An env did not finish within the configured timeout."""
+class StepTimeoutError(VecShmError, TimeoutError, multiprocessing.TimeoutError):
+    """An env did not finish within the timeout (also ``multiprocessing.TimeoutError``, as Gymnasium raises)."""
 
     def __init__(self, message: str, env_indices: list[int]) -> None:
         super().__init__(message)

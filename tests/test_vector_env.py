@@ -1,0 +1,114 @@
+"""ShmVectorEnv matches Gymnasium's SyncVectorEnv bit for bit, in every autoreset mode."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
+from faulty_envs import faulty, healthy
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from vecshm import ShmVectorEnv, WorkerError
+
+
+def lockstep(ours, reference, steps: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    assert_tree_equal(ours.reset(seed=seed), reference.reset(seed=seed), "reset")
+    for t in range(steps):
+        actions = sample_actions(ACTION_SPACES["discrete"], ours.num_envs, rng)
+        if ours.autoreset_mode is AutoresetMode.DISABLED:
+            reference_done = getattr(reference, "_done", np.zeros(ours.num_envs, bool))
+            if reference_done.any():
+                mask = reference_done.copy()
+                assert_tree_equal(
+                    ours.reset(options={"reset_mask": mask}), reference.reset(options={"reset_mask": mask.copy()})
+                )
+        a, b = ours.step(actions), reference.step(actions)
+        for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), a, b):
+            assert_tree_equal(x, y, f"step {t} {name}")
+        reference._done = b[2] | b[3]
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+@pytest.mark.parametrize("obs_key", ["box_f32", "discrete", "nested", "frame_u8"])
+def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
+    fns = [make_space_env(obs_key, tag=i) for i in range(4)]
+    ours = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2)
+    reference = SyncVectorEnv(fns, autoreset_mode=mode)
+    try:
+        assert ours.single_observation_space == reference.single_observation_space
+        assert ours.observation_space == reference.observation_space
+        assert ours.action_space == reference.action_space
+        assert ours.metadata["autoreset_mode"] == mode
+        lockstep(ours, reference, steps=30)
+    finally:
+        ours.close()
+        reference.close()
+
+
+def test_calls_attributes_and_render():
+    fns = [make_space_env("box_f32", tag=i) for i in range(3)]
+    with ShmVectorEnv(fns) as envs:
+        envs.reset(seed=1)
+        assert envs.get_attr("tag") == (0, 1, 2)
+        envs.set_attr("tag", [5, 6, 7])
+        assert envs.get_attr("tag") == (5, 6, 7)
+        envs.set_attr("tag", 1)
+        assert envs.call("render")[2].shape == (4, 6, 3)
+        assert len(envs.render()) == 3
+        with pytest.raises(ValueError, match="length equal"):
+            envs.set_attr("tag", [1, 2])
+        assert envs.np_random_seed == (1, 2, 3)
+
+
+def test_gymnasium_errors_for_out_of_order_and_closed_use():
+    envs = ShmVectorEnv([healthy] * 2)
+    envs.reset()
+    with pytest.raises(NoAsyncCallError):
+        envs.step_wait()
+    envs.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(AlreadyPendingCallError):
+        envs.reset_async()
+    envs.step_wait()
+    envs.close()
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.timeout(120)
+def test_step_wait_timeout_raises_multiprocessing_timeout_error(no_leaks):
+    envs = ShmVectorEnv([faulty("hang", fail_at=2), healthy])
+    envs.reset()
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(multiprocessing.TimeoutError):
+        envs.step_wait(timeout=0.5)
+    envs.close()
+
+
+def test_env_errors_keep_their_type():
+    with ShmVectorEnv([healthy, faulty("raise")]) as envs:
+        envs.reset()
+        with pytest.raises(ValueError, match="env 1 raised") as info:
+            for _ in range(5):
+                envs.step(np.zeros(2, dtype=np.int64))
+        assert isinstance(info.value, WorkerError)
+
+
+def test_gymnasium_wrappers_work_on_top():
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(3)]
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(ShmVectorEnv(fns))
+    envs = gym.wrappers.vector.DictInfoToList(envs)
+    try:
+        envs.reset(seed=0)
+        episodes = []
+        for _ in range(200):
+            _, _, term, trunc, infos = envs.step(envs.action_space.sample())
+            episodes += [info["episode"] for info in infos if "episode" in info]
+        assert episodes and isinstance(infos, list)
+    finally:
+        envs.close()

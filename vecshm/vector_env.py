@@ -1,0 +1,292 @@
+"""``ShmVectorEnv``: a ``gymnasium.vector.VectorEnv`` (and ``AsyncVectorEnv`` drop-in) on the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
+
+from vecshm.engine import DEFAULT_INFO_BYTES, Engine
+from vecshm.layout import assemble
+from vecshm.protocol import AutoReset, CallOp, Command
+
+__all__ = ["ShmVectorEnv"]
+
+_AUTORESET = {
+    AutoresetMode.NEXT_STEP: AutoReset.NEXT_STEP,
+    AutoresetMode.SAME_STEP: AutoReset.SAME_STEP,
+    AutoresetMode.DISABLED: AutoReset.DISABLED,
+}
+
+
+class _State(Enum):
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+class ShmVectorEnv(gym.vector.VectorEnv):
+    """Gymnasium's vector API on shared memory; accepts ``AsyncVectorEnv``'s constructor keywords.
+
+    >>> import gymnasium as gym
+    >>> from vecshm import ShmVectorEnv
+    >>> envs = ShmVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    >>> obs, infos = envs.reset(seed=0)
+    >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+    >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        observation_mode: str | tuple[gym.Space, gym.Space] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        *,
+        envs_per_worker: int | None = None,
+        step_timeout: float | None = None,
+        info_bytes: int = DEFAULT_INFO_BYTES,
+        spin: float | None = None,
+        cpu_affinity: Any = None,
+        limit_threads: bool = True,
+    ) -> None:
+        self.closed = True  # until the engine is up
+        self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
+        self.copy = copy
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self._engine = Engine(
+            list(env_fns),
+            autoreset=_AUTORESET[self.autoreset_mode],
+            start_method=context,
+            envs_per_worker=envs_per_worker,
+            info_bytes=info_bytes,
+            timeout=step_timeout,
+            daemon=daemon,
+            spin=spin,
+            cpu_affinity=cpu_affinity,
+            limit_threads=limit_threads,
+        )
+        self.closed = False
+        self._state = _State.DEFAULT
+        self.num_envs = self._engine.num_envs
+        self._all = list(range(self.num_envs))
+        try:
+            self._init_spaces(observation_mode)
+            metadata = self._engine.call(CallOp.GET_ATTR, [0], "metadata")[0]
+            render_mode = self._engine.call(CallOp.GET_ATTR, [0], "render_mode")[0]
+        except BaseException:
+            self.close()
+            raise
+        self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = render_mode
+
+    def _init_spaces(self, observation_mode: str | tuple[gym.Space, gym.Space]) -> None:
+        self.single_action_space = self._engine.action_space
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
+            self.observation_space, self.single_observation_space = observation_mode
+        elif observation_mode == "same":
+            self.single_observation_space = self._engine.observation_space
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        elif observation_mode == "different":
+            spaces = self._engine.call(CallOp.GET_SPACES, self._all)
+            self.single_observation_space = spaces[0][0]
+            self.observation_space = batch_differing_spaces([s[0] for s in spaces])
+        else:
+            raise ValueError(
+                f"observation_mode must be 'same', 'different' or a tuple of spaces, got {observation_mode!r}"
+            )
+
+    # -- reset ------------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        self._assert_is_running()
+        seeds = _seed_list(seed, self.num_envs)
+        self._expect_state(_State.DEFAULT, "reset_async")
+        mask = np.ones(self.num_envs, dtype=bool)
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        self._reset_mask = mask
+        requests = [(s, options) if m else None for s, m in zip(seeds, mask)]
+        workers = np.unique(self._engine.env_worker[mask])
+        self._engine.send_resets(requests, workers)
+        self._pending_workers = workers
+        self._state = _State.WAITING_RESET
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
+        try:
+            self._engine.collect(self._pending_workers, "reset", timeout=timeout)
+        finally:
+            self._state = _State.DEFAULT
+        infos: dict[str, Any] = {}
+        chosen = np.flatnonzero(self._reset_mask).tolist()
+        for i, info in zip(chosen, self._engine.infos(chosen)):
+            infos = self._add_info(infos, info, i)
+        return self._observations(), infos
+
+    # -- step -------------------------------------------------------------------------------------
+
+    def step(self, actions: Any):
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "step_async")
+        self._engine.write_actions(actions)
+        self._engine.submit(Command.STEP, self._engine.all_workers)
+        self._state = _State.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None):
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
+        try:
+            self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
+        finally:
+            self._state = _State.DEFAULT
+        b = self._engine.buffers
+        infos: dict[str, Any] = {}
+        step_infos = self._engine.infos(self._all)
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = np.flatnonzero(b.terminated | b.truncated).tolist()
+            finals = dict(zip(ended, self._engine.infos(ended, "final")))
+            for i in self._all:
+                if i in finals:
+                    final_obs = assemble(self.single_observation_space, [a[i].copy() for a in b.final_obs])
+                    infos = self._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, i)
+                infos = self._add_info(infos, step_infos[i], i)
+        else:
+            for i, info in enumerate(step_infos):
+                infos = self._add_info(infos, info, i)
+        return self._observations(), b.rewards.copy(), b.terminated.copy(), b.truncated.copy(), infos
+
+    def _observations(self) -> Any:
+        arrays = self._engine.buffers.obs
+        return assemble(self.single_observation_space, [a.copy() for a in arrays] if self.copy else arrays)
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "call_async")
+        self._call = (name, args, kwargs)
+        self._state = _State.WAITING_CALL
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_CALL, "call_wait", "call_async")
+        name, args, kwargs = self._call
+        self._state = _State.DEFAULT
+        return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._expect_state(_State.DEFAULT, "set_attr")
+        for i, value in enumerate(values):
+            self._engine.call(CallOp.SET_ATTR, [i], name, value, True)
+
+    def render(self) -> tuple[Any, ...] | None:
+        return self.call("render")
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        return self.get_attr("np_random")
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        self._state = _State.DEFAULT
+        self._engine.close()
+
+    def __enter__(self) -> ShmVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            self.close(terminate=True)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
+
+    # -- state checks -----------------------------------------------------------------------------
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+        self._engine.check_usable()
+
+    def _expect_state(self, state: _State, call: str) -> None:
+        if self._state is not state:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete",
+                str(self._state.value),
+            )
+
+    def _expect_pending(self, state: _State, call: str, opener: str) -> None:
+        if self._state is not state:
+            raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
+
+
+def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}."
+        )
+    return seeds
+
+
+def _check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+        )
+    return mask

@@ -25,6 +25,9 @@ SPACES: dict[str, spaces.Space] = {
     "multibinary": spaces.MultiBinary([2, 3]),
     "dict": spaces.Dict({"pos": spaces.Box(-1, 1, (2,), np.float32), "k": spaces.Discrete(3)}),
     "tuple": spaces.Tuple((spaces.Discrete(4), spaces.Box(0, 1, (2,), np.float32))),
+    "dict_img": spaces.Dict(
+        {"img": spaces.Box(0, 255, (8, 8, 3), np.uint8), "vec": spaces.Box(-1, 1, (3,), np.float32)}
+    ),
     "nested": spaces.Dict(
         {
             "a": spaces.Tuple((spaces.MultiBinary(3), spaces.Dict({"x": spaces.Box(-2, 2, (1,), np.float32)}))),

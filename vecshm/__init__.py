@@ -22,6 +22,18 @@ from vecshm.vec_env import (
     make_vec_env,
 )
 from vecshm.vector_env import ShmVectorEnv
+from vecshm.wrappers import (
+    RunningMeanStd,
+    StackedObservations,
+    VecCheckNan,
+    VecEnvObservationWrapper,
+    VecExtractDictObs,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+    VecVideoRecorder,
+)
 
 __version__ = "0.1.0"
 
@@ -44,5 +56,15 @@ __all__ = [
     "WorkerError",
     "Monitor",
     "make_vec_env",
+    "RunningMeanStd",
+    "StackedObservations",
+    "VecCheckNan",
+    "VecEnvObservationWrapper",
+    "VecExtractDictObs",
+    "VecFrameStack",
+    "VecMonitor",
+    "VecNormalize",
+    "VecTransposeImage",
+    "VecVideoRecorder",
     "__version__",
 ]

@@ -25,6 +25,14 @@ COUNTERPARTS: dict[str, str] = {
     "vecshm.vec_env.base:VecEnvWrapper": "VecEnvWrapper",
     "vecshm.vec_env.dummy:DummyVecEnv": "DummyVecEnv",
     "vecshm.vec_env.shm:ShmVecEnv": "SubprocVecEnv",
+    "vecshm.wrappers.stacked_observations:StackedObservations": "StackedObservations",
+    "vecshm.wrappers.frame_stack:VecFrameStack": "VecFrameStack",
+    "vecshm.wrappers.normalize:VecNormalize": "VecNormalize",
+    "vecshm.wrappers.monitor:VecMonitor": "VecMonitor",
+    "vecshm.wrappers.video_recorder:VecVideoRecorder": "VecVideoRecorder",
+    "vecshm.wrappers.check_nan:VecCheckNan": "VecCheckNan",
+    "vecshm.wrappers.transpose:VecTransposeImage": "VecTransposeImage",
+    "vecshm.wrappers.extract_dict_obs:VecExtractDictObs": "VecExtractDictObs",
 }
 
 
@@ -35,7 +43,7 @@ def register_with_sb3(sb3_vec_env: ModuleType) -> None:
         module = sys.modules.get(module_name) or importlib.import_module(module_name)
         ours = getattr(module, class_name)
         theirs = getattr(sb3_vec_env, sb3_name, None)
-        if theirs is not None and not issubclass(ours, theirs):
+        if theirs is not None and hasattr(theirs, "register") and not issubclass(ours, theirs):
             theirs.register(ours)
 
 

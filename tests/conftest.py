@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -64,6 +65,7 @@ class SpaceEnv(gym.Env):
         big_info_every: int = 7,
         render_mode: str | None = "rgb_array",
         tag: int = 0,
+        jitter_us: float = 0.0,
     ) -> None:
         # each env owns its spaces: a space shared in-process would share its sampling RNG
         self.observation_space = copy.deepcopy(observation_space)
@@ -71,6 +73,8 @@ class SpaceEnv(gym.Env):
         self.big_info_every = big_info_every
         self.render_mode = render_mode
         self.tag = tag
+        self.jitter_us = jitter_us
+        self.jitter_rng = np.random.default_rng(tag)  # varies the step time, never the results
         self.t = 0
         self.rng = np.random.default_rng(0)
         self.last_options: Any = None
@@ -87,6 +91,10 @@ class SpaceEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         assert self.action_space.contains(action), f"invalid action {action!r}"
+        if self.jitter_us:
+            end = time.perf_counter() + self.jitter_rng.uniform(0, self.jitter_us) * 1e-6
+            while time.perf_counter() < end:
+                pass
         self.t += 1
         reward = float(self.rng.standard_normal()) + 1e-3 * action_signature(self.action_space, action)
         terminated = bool(self.rng.random() < 0.08)

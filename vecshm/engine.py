@@ -39,6 +39,7 @@ __all__ = ["Engine", "EngineState", "default_start_method"]
 
 DEFAULT_INFO_BYTES = 2048
 DEFAULT_SPIN_SECONDS = 1e-3
+OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
@@ -99,6 +100,7 @@ class Engine:
         self.all_workers = np.arange(self.num_workers)
         self.spin_seconds = self._spin_budget(spin)
         self._spinner = Spinner(self.spin_seconds)
+        self._cores = len(usable_cores())
         self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
         settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
         self.state = EngineState.READY
@@ -203,12 +205,13 @@ class Engine:
     def collect(
         self, workers: np.ndarray, during: str, need: int | None = None, timeout: float | None = None
     ) -> np.ndarray:
-        """Wait until ``need`` (default: all) of ``workers`` finished their command; return those.
+        """Wait until ``need`` (default: all) of ``workers`` finished their command; return exactly those.
 
         ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
         """
+        need = len(workers) if need is None else need
         try:
-            done = self._wait(workers, len(workers) if need is None else need, during, timeout or self.timeout)
+            done = self._wait(workers, need, during, timeout or self.timeout)[:need]
             self._gather(done, during)
         except VecShmError as error:
             self._fail(error)
@@ -225,8 +228,14 @@ class Engine:
         def finished() -> np.ndarray:
             return workers[b.done_seq[workers] == expected]
 
+        done = finished()
+        if len(done) >= need:  # already there (async batches often find finished workers)
+            return done
         started = time.perf_counter()
-        if self._spinner.spin(lambda: int((b.done_seq[workers] == expected).sum()) >= need):
+        # With a free core the parent may spin up to the full budget; when every core has a busy
+        # worker, a spinning parent would steal from them, so only short waits are spun.
+        limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
+        if self._spinner.spin(lambda: int((b.done_seq[workers] == expected).sum()) >= need, limit):
             self._spinner.record(time.perf_counter() - started)
             return finished()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -263,6 +272,28 @@ class Engine:
                 first_error = first_error or remote_error(record)
         if first_error is not None:
             raise first_error
+
+    # -- async batches: workers in flight, results taken as they come ---------------------------
+
+    def workers_of(self, env_ids: np.ndarray) -> np.ndarray:
+        """The workers hosting exactly ``env_ids`` (whole workers only), in order."""
+        env_ids = np.asarray(env_ids, dtype=np.int64)
+        if env_ids.ndim != 1 or len(env_ids) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-d list of env indices, got {env_ids!r}")
+        if env_ids.min() < 0 or env_ids.max() >= self.num_envs:
+            raise IndexError(f"env_ids {env_ids.tolist()} out of range for {self.num_envs} envs")
+        workers = np.unique(self.env_worker[env_ids])
+        hosted = np.concatenate([np.arange(*self.slices[w]) for w in workers])
+        if sorted(env_ids.tolist()) != hosted.tolist():
+            per_worker = self.slices[workers[0]][1] - self.slices[workers[0]][0]
+            raise ValueError(
+                f"env_ids {env_ids.tolist()} must cover whole workers: envs are stepped per worker "
+                f"({per_worker} envs each); use the env_ids recv() returned"
+            )
+        return workers
+
+    def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.arange(*self.slices[w]) for w in workers.tolist()])
 
     # -- results ----------------------------------------------------------------------------------
 

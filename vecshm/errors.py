@@ -6,6 +6,8 @@ import multiprocessing
 import traceback
 from typing import Any
 
+from gymnasium import error as gym_error
+
 __all__ = [
     "VecShmError",
     "ClosedError",
@@ -24,16 +26,24 @@ class VecShmError(Exception):
     """Base of every error vecshm raises itself."""
 
 
-class ClosedError(VecShmError, RuntimeError):
-    """The vec env was closed; it cannot be used any more."""
+class ClosedError(VecShmError, RuntimeError, gym_error.ClosedEnvironmentError):
+    """The vec env was closed; it cannot be used any more (also Gymnasium's ``ClosedEnvironmentError``)."""
 
 
-class AlreadyPendingCallError(VecShmError, RuntimeError):
-    """An asynchronous call is pending; wait for it before starting another."""
+class AlreadyPendingCallError(VecShmError, RuntimeError, gym_error.AlreadyPendingCallError):
+    """An asynchronous call is pending; wait for it before starting another (also Gymnasium's error)."""
+
+    def __init__(self, message: str, name: str = "") -> None:
+        Exception.__init__(self, message)
+        self.name = name
 
 
-class NoAsyncCallError(VecShmError, RuntimeError):
-    """``*_wait`` was called without a matching ``*_async``."""
+class NoAsyncCallError(VecShmError, RuntimeError, gym_error.NoAsyncCallError):
+    """``*_wait`` was called without a matching ``*_async`` (also Gymnasium's error)."""
+
+    def __init__(self, message: str, name: str = "") -> None:
+        Exception.__init__(self, message)
+        self.name = name
 
 
 class FailedError(VecShmError, RuntimeError):

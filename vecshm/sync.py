@@ -73,14 +73,15 @@ class Spinner:
     def record(self, waited: float) -> None:
         self.average = 0.8 * self.average + 0.2 * waited
 
-    @property
-    def budget(self) -> float:
+    def budget(self, limit: float | None = None) -> float:
+        """Seconds to spin next time: 1.5x the recent average wait, or 0 past ``limit`` (default: the max)."""
+        limit = self.max_seconds if limit is None else min(limit, self.max_seconds)
         budget = 1.5 * self.average
-        return budget if budget <= self.max_seconds else 0.0
+        return budget if budget <= limit else 0.0
 
-    def spin(self, predicate: Callable[[], bool]) -> bool:
+    def spin(self, predicate: Callable[[], bool], limit: float | None = None) -> bool:
         """Busy-check ``predicate`` within the current budget; True as soon as it holds."""
-        budget = self.budget if self.max_seconds > 0 else 0.0
+        budget = self.budget(limit) if self.max_seconds > 0 else 0.0
         if budget <= 0:
             return False
         deadline = time.perf_counter() + budget

@@ -8,11 +8,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
+from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError
 from vecshm.layout import assemble
 from vecshm.protocol import AutoReset, CallOp, Command
 
@@ -23,6 +24,15 @@ _AUTORESET = {
     AutoresetMode.SAME_STEP: AutoReset.SAME_STEP,
     AutoresetMode.DISABLED: AutoReset.DISABLED,
 }
+
+
+class _InfoBatch:
+    """Gymnasium's info batching (``VectorEnv._add_info``) for a batch smaller than ``num_envs``."""
+
+    _add_info = gym.vector.VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
 
 
 class _State(Enum):
@@ -59,6 +69,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         spin: float | None = None,
         cpu_affinity: Any = None,
         limit_threads: bool = True,
+        batch_size: int | None = None,
     ) -> None:
         self.closed = True  # until the engine is up
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
@@ -80,7 +91,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._state = _State.DEFAULT
         self.num_envs = self._engine.num_envs
         self._all = list(range(self.num_envs))
+        self._last_batch: np.ndarray | None = None
         try:
+            self._batches = AsyncBatches(self._engine, batch_size)
             self._init_spaces(observation_mode)
             metadata = self._engine.call(CallOp.GET_ATTR, [0], "metadata")[0]
             render_mode = self._engine.call(CallOp.GET_ATTR, [0], "render_mode")[0]
@@ -161,24 +174,60 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
         finally:
             self._state = _State.DEFAULT
-        b = self._engine.buffers
-        infos: dict[str, Any] = {}
-        step_infos = self._engine.infos(self._all)
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            ended = np.flatnonzero(b.terminated | b.truncated).tolist()
-            finals = dict(zip(ended, self._engine.infos(ended, "final")))
-            for i in self._all:
-                if i in finals:
-                    final_obs = assemble(self.single_observation_space, [a[i].copy() for a in b.final_obs])
-                    infos = self._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, i)
-                infos = self._add_info(infos, step_infos[i], i)
-        else:
-            for i, info in enumerate(step_infos):
-                infos = self._add_info(infos, info, i)
-        return self._observations(), b.rewards.copy(), b.terminated.copy(), b.truncated.copy(), infos
+        return self._results(None)
 
-    def _observations(self) -> Any:
+    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Gymnasium-shaped results of the last command for ``env_ids`` (None: every env)."""
+        b = self._engine.buffers
+        rows = slice(None) if env_ids is None else env_ids
+        ids = self._all if env_ids is None else env_ids.tolist()
+        batch = self if env_ids is None else _InfoBatch(len(ids))
+        infos: dict[str, Any] = {}
+        step_infos = self._engine.infos(ids)
+        finals: dict[int, dict[str, Any]] = {}
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = [ids[k] for k in np.flatnonzero(b.terminated[rows] | b.truncated[rows])]
+            finals = dict(zip(ended, self._engine.infos(ended, "final")))
+        for k, i in enumerate(ids):
+            if i in finals:
+                final_obs = assemble(self.single_observation_space, [a[i].copy() for a in b.final_obs])
+                infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
+            infos = batch._add_info(infos, step_infos[k], k)
+        rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
+        return self._observations(env_ids), rewards, terminated, truncated, infos
+
+    # -- async batches (EnvPool style) ------------------------------------------------------------
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "async_reset")
+        self._batches.reset([(s, options) for s in _seed_list(seed, self.num_envs)])
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "send")
+        if env_ids is None:
+            if self._last_batch is None:
+                raise ValueError("send() needs env_ids before the first recv()")
+            env_ids = self._last_batch
+        self._batches.send(actions, env_ids)
+
+    def recv(self, timeout: float | None = None):
+        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
+
+        Infos are batched over the returned envs (masks of length ``batch_size``), in ``env_ids`` order.
+        """
+        self._assert_is_running()
+        env_ids = self._batches.recv(timeout)
+        self._last_batch = env_ids
+        return (*self._results(env_ids), env_ids)
+
+    def _observations(self, env_ids: np.ndarray | None = None) -> Any:
         arrays = self._engine.buffers.obs
+        if env_ids is not None:
+            return assemble(self.single_observation_space, [a[env_ids] for a in arrays])
         return assemble(self.single_observation_space, [a.copy() for a in arrays] if self.copy else arrays)
 
     # -- calls ------------------------------------------------------------------------------------
@@ -250,10 +299,14 @@ class ShmVectorEnv(gym.vector.VectorEnv):
 
     def _assert_is_running(self) -> None:
         if self.closed:
-            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+            raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
         self._engine.check_usable()
 
     def _expect_state(self, state: _State, call: str) -> None:
+        if call not in ("send", "async_reset") and self._batches.active:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
+            )
         if self._state is not state:
             raise AlreadyPendingCallError(
                 f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete",

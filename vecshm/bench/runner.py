@@ -37,6 +37,7 @@ class Case:
 
 def measure_rate(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seconds: float) -> float:
     """Env-steps per second over ``seconds`` of back-to-back steps."""
+    n_envs = stepper.envs_per_step or n_envs
     steps = 0
     start = time.perf_counter()
     while True:
@@ -113,7 +114,7 @@ def run_case(
     built: dict[str, Any] = {}
     try:
         for system in systems:
-            reason = system.available(workload)
+            reason = system.available_for(workload, n_envs)
             if reason:
                 case.skipped[system.name] = reason
                 continue

@@ -15,12 +15,15 @@ __all__ = ["System", "SYSTEMS", "Stepper", "get_systems"]
 
 
 class Stepper:
-    """A built vectorizer: ``step`` runs one batch; ``close`` releases it."""
+    """A built vectorizer: ``step`` runs one batch of ``envs_per_step`` env-steps; ``close`` releases it."""
 
-    def __init__(self, env: Any, step: Callable[[np.ndarray], Any], reset: Callable[[], Any]) -> None:
+    def __init__(
+        self, env: Any, step: Callable[[np.ndarray], Any], reset: Callable[[], Any], envs_per_step: int | None = None
+    ) -> None:
         self.env = env
         self.step = step
         self.reset = reset
+        self.envs_per_step = envs_per_step
 
     def close(self) -> None:
         self.env.close()
@@ -42,6 +45,11 @@ class System:
             return "EnvPool only runs its own (Atari) envs"
         return None
 
+    def available_for(self, workload: Workload, n_envs: int) -> str | None:
+        if "async" in self.name and (n_envs < 2 or n_envs % 2):
+            return "async batches of n/2 need an even n_envs"
+        return self.available(workload)
+
 
 def _stepper(venv: Any) -> Stepper:
     return Stepper(venv, venv.step, venv.reset)
@@ -54,6 +62,34 @@ def _shm(**options: Any) -> Callable[[Workload, int], Stepper]:
         return _stepper(ShmVecEnv(workload.factories(n_envs), **options))
 
     return build
+
+
+def _shm_vector(workload: Workload, n_envs: int) -> Stepper:
+    from vecshm import ShmVectorEnv
+
+    return _stepper(ShmVectorEnv(workload.factories(n_envs)))
+
+
+def _shm_async(workload: Workload, n_envs: int) -> Stepper:
+    """Half the envs per recv(): the learner takes whichever half finished first."""
+    from vecshm import ShmVectorEnv
+    from vecshm.affinity import usable_cores
+
+    batch = n_envs // 2
+    per_worker = next(d for d in range(max(1, n_envs // len(usable_cores())), 0, -1) if batch % d == 0)
+    env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker)
+
+    def reset() -> None:
+        if env._batches.active:
+            env._batches.drain()
+        env.async_reset(seed=0)
+
+    def step(actions: np.ndarray) -> Any:
+        result = env.recv()
+        env.send(actions[:batch], result[-1])
+        return result
+
+    return Stepper(env, step, reset, envs_per_step=batch)
 
 
 def _vecshm_dummy(workload: Workload, n_envs: int) -> Stepper:
@@ -98,6 +134,8 @@ SYSTEMS: dict[str, System] = {
     for s in [
         System("vecshm ShmVecEnv", _shm()),
         System("vecshm ShmVecEnv copy=False", _shm(copy=False)),
+        System("vecshm ShmVectorEnv", _shm_vector),
+        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
         System("vecshm DummyVecEnv", _vecshm_dummy),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
         System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),

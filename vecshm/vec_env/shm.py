@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.layout import assemble
@@ -33,6 +34,8 @@ class ShmVecEnv(VecEnv):
     :param spin: seconds to busy-wait before sleeping (None: automatic, only with a spare core)
     :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
     :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker
+    :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
+        must divide ``num_envs`` and be a multiple of ``envs_per_worker``
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -55,6 +58,7 @@ class ShmVecEnv(VecEnv):
         spin: float | None = None,
         cpu_affinity: Any = None,
         limit_threads: bool = True,
+        batch_size: int | None = None,
     ) -> None:
         self.waiting = False
         self.closed = True  # until the engine is up: close() must not touch a half-built object
@@ -74,6 +78,12 @@ class ShmVecEnv(VecEnv):
         self.closed = False
         self.copy = copy
         self._all_envs = list(range(len(fns)))
+        self._last_batch: np.ndarray | None = None
+        try:
+            self._batches = AsyncBatches(self._engine, batch_size)
+        except BaseException:
+            self.close()
+            raise
         try:
             super().__init__(len(fns), self._engine.observation_space, self._engine.action_space)
         except BaseException:
@@ -86,6 +96,8 @@ class ShmVecEnv(VecEnv):
         self._engine.check_usable()
         if self.waiting:
             raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
+        if self._batches.active:
+            raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
         self._engine.write_actions(actions)
         self._engine.submit(Command.STEP, self._engine.all_workers)
         self.waiting = True
@@ -98,36 +110,82 @@ class ShmVecEnv(VecEnv):
             self._engine.collect(self._engine.all_workers, "step")
         finally:
             self.waiting = False
+        obs, rewards, terminated, truncated, infos, self.reset_infos = self._results(None)
+        return obs, rewards, terminated | truncated, infos
+
+    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list, list]:
+        """SB3-shaped results of the last command for ``env_ids`` (None: every env)."""
         b = self._engine.buffers
-        terminated, truncated = b.terminated.copy(), b.truncated.copy()
+        rows = slice(None) if env_ids is None else env_ids
+        ids = self._all_envs if env_ids is None else env_ids.tolist()
+        terminated, truncated = b.terminated[rows].copy(), b.truncated[rows].copy()
         dones = terminated | truncated
-        infos = self._engine.infos(self._all_envs)
-        self.reset_infos = [{} for _ in self._all_envs]
+        infos = self._engine.infos(ids)
+        reset_infos: list[dict[str, Any]] = [{} for _ in ids]
         ended = np.flatnonzero(dones).tolist()
-        for i, step_info in zip(ended, self._engine.infos(ended, "final")):
-            step_info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+        for k, step_info in zip(ended, self._engine.infos([ids[k] for k in ended], "final")):
+            i = ids[k]
+            step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             step_info["terminal_observation"] = assemble(self.observation_space, [a[i].copy() for a in b.final_obs])
-            self.reset_infos[i] = infos[i]
-            infos[i] = step_info
-        for i in np.flatnonzero(~dones).tolist():
-            infos[i]["TimeLimit.truncated"] = False
-        return self._observations(), b.rewards.astype(np.float32), dones, infos
+            reset_infos[k] = infos[k]
+            infos[k] = step_info
+        for k in np.flatnonzero(~dones).tolist():
+            infos[k]["TimeLimit.truncated"] = False
+        rewards = b.rewards[rows].astype(np.float32)
+        return self._observations(env_ids), rewards, terminated, truncated, infos, reset_infos
+
+    # -- async batches (EnvPool style) ------------------------------------------------------------
+
+    def async_reset(self) -> None:
+        """Reset every env without waiting; ``recv()`` returns the reset observations batch by batch."""
+        self._engine.check_usable()
+        self._batches.reset(self._reset_requests())
+        self._reset_seeds()
+        self._reset_options()
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray | None = None) -> None:
+        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
+        self._engine.check_usable()
+        if env_ids is None:
+            if self._last_batch is None:
+                raise ValueError("send() needs env_ids before the first recv()")
+            env_ids = self._last_batch
+        self._batches.send(actions, env_ids)
+
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
+        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.
+
+        Infos follow SB3's conventions (``terminal_observation``, ``TimeLimit.truncated``); the
+        info of an automatic reset is in ``reset_infos`` at the env's index.
+        """
+        self._engine.check_usable()
+        env_ids = self._batches.recv()
+        obs, rewards, terminated, truncated, infos, reset_infos = self._results(env_ids)
+        for i, info in zip(env_ids.tolist(), reset_infos):
+            self.reset_infos[i] = info
+        self._last_batch = env_ids
+        return obs, rewards, terminated, truncated, infos, env_ids
 
     def reset(self) -> VecEnvObs:
         self._engine.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
             self.waiting = False
             self._engine.collect(self._engine.all_workers, "step")
-        requests = [(seed, options or None) for seed, options in zip(self._seeds, self._options)]
-        self._engine.send_resets(requests, self._engine.all_workers)
+        self._batches.drain()
+        self._engine.send_resets(self._reset_requests(), self._engine.all_workers)
         self._engine.collect(self._engine.all_workers, "reset")
         self.reset_infos = self._engine.infos(self._all_envs)
         self._reset_seeds()
         self._reset_options()
-        return self._observations()
+        return self._observations(None)
 
-    def _observations(self) -> VecEnvObs:
+    def _reset_requests(self) -> list[tuple[Any, Any]]:
+        return [(seed, options or None) for seed, options in zip(self._seeds, self._options)]
+
+    def _observations(self, env_ids: np.ndarray | None) -> VecEnvObs:
         arrays = self._engine.buffers.obs
+        if env_ids is not None:
+            return assemble(self.observation_space, [a[env_ids] for a in arrays])
         return assemble(self.observation_space, [a.copy() for a in arrays] if self.copy else arrays)
 
     # -- lifecycle --------------------------------------------------------------------------------

@@ -1,0 +1,97 @@
+"""EnvPool-style send/recv: each env's results are bit-identical to a synchronous run."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from conftest import assert_tree_equal, make_space_env
+from gymnasium.vector import SyncVectorEnv
+
+from vecshm import AlreadyPendingCallError, DummyVecEnv, ShmVecEnv, ShmVectorEnv
+
+N_ENVS = 6
+STEPS = 120
+
+
+def action(env: int, k: int) -> int:
+    """The action env ``env`` gets on its ``k``-th step, in every run."""
+    return (env * 7 + k * 3) % 3
+
+
+def fns():
+    return [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(N_ENVS)]
+
+
+def test_gymnasium_batches_match_a_synchronous_run(no_leaks):
+    histories = defaultdict(list)
+    with ShmVectorEnv(fns(), batch_size=2, envs_per_worker=1) as envs:
+        envs.async_reset(seed=0)
+        for _ in range(STEPS):
+            obs, rewards, terminations, truncations, infos, env_ids = envs.recv()
+            assert len(env_ids) == 2 and obs.shape == (2, 3) and len(infos.get("_t", [0, 0])) == 2
+            for k, i in enumerate(env_ids):
+                histories[int(i)].append((obs[k], rewards[k], terminations[k], truncations[k]))
+            envs.send(np.array([action(i, len(histories[int(i)]) - 1) for i in env_ids]), env_ids)
+        envs.recv()  # leave nothing in flight
+    reference = SyncVectorEnv(fns())
+    obs, _ = reference.reset(seed=0)
+    expected = defaultdict(list)
+    for i in range(N_ENVS):
+        expected[i].append((obs[i], 0.0, False, False))
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        for i in range(N_ENVS):
+            expected[i].append((obs[i], rewards[i], terminations[i], truncations[i]))
+    assert all(len(h) >= 5 for h in histories.values()), "every env must have been stepped"
+    for i, history in histories.items():
+        for t, (got, want) in enumerate(zip(history, expected[i])):
+            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs")
+            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
+    reference.close()
+
+
+def test_sb3_batches_match_a_synchronous_run(no_leaks):
+    histories = defaultdict(list)
+    with ShmVecEnv(fns(), batch_size=3, envs_per_worker=3) as venv:
+        venv.seed(4)
+        venv.async_reset()
+        for _ in range(STEPS // 2):
+            obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
+            for k, i in enumerate(env_ids):
+                terminal = infos[k].get("terminal_observation")
+                histories[int(i)].append((obs[k], rewards[k], terminated[k] | truncated[k], terminal))
+            venv.send(np.array([action(i, len(histories[int(i)]) - 1) for i in env_ids]), env_ids)
+        venv.recv()
+    reference = DummyVecEnv(fns())
+    reference.seed(4)
+    obs = reference.reset()
+    expected = {i: [(obs[i], 0.0, False, None)] for i in range(N_ENVS)}
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, dones, infos = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        for i in range(N_ENVS):
+            expected[i].append((obs[i], rewards[i], dones[i], infos[i].get("terminal_observation")))
+    for i, history in histories.items():
+        assert_tree_equal(history, expected[i][: len(history)], f"env {i}")
+
+
+def test_batch_mode_errors():
+    with pytest.raises(ValueError, match="divide"):
+        ShmVectorEnv(fns(), batch_size=4)
+    with pytest.raises(ValueError, match="multiple of envs_per_worker"):
+        ShmVecEnv(fns(), batch_size=2, envs_per_worker=3)
+    with ShmVectorEnv(fns(), batch_size=3, envs_per_worker=3) as envs:
+        envs.async_reset(seed=1)
+        ids = envs.recv()[-1]
+        with pytest.raises(ValueError, match="whole workers"):
+            envs.send(np.zeros(2, dtype=np.int64), ids[:2])
+        with pytest.raises(AlreadyPendingCallError):
+            envs.step(np.zeros(N_ENVS, dtype=np.int64))
+        other = np.setdiff1d(np.arange(N_ENVS), ids)
+        with pytest.raises(AlreadyPendingCallError, match="in flight"):
+            envs.send(np.zeros(3, dtype=np.int64), other)
+        envs.send(np.zeros(3, dtype=np.int64))
+        envs.recv()
+        envs.recv()
+        envs.reset(seed=1)  # synchronous use again once nothing is in flight

@@ -1,0 +1,83 @@
+"""EnvPool-style asynchronous batches: step some envs, take back whichever finish first.
+
+Workers are the unit: a batch is ``batch_size / envs_per_worker`` workers. ``send`` starts the
+given envs, ``recv`` waits until enough workers in flight have finished and hands back their env
+ids. Each env still sees exactly the actions it was sent, in order, so per-env results are the
+same as in a synchronous run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vecshm.engine import Engine
+from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.protocol import Command
+
+__all__ = ["AsyncBatches"]
+
+
+class AsyncBatches:
+    """Which workers are in flight, and the send/recv protocol over an :class:`Engine`."""
+
+    def __init__(self, engine: Engine, batch_size: int | None) -> None:
+        n = engine.num_envs
+        self.engine = engine
+        self.in_flight = np.zeros(engine.num_workers, dtype=bool)
+        if batch_size is None:  # one batch of every env: any split works
+            self.batch_size, self.workers_per_batch = n, engine.num_workers
+            return
+        sizes = {stop - start for start, stop in engine.slices}
+        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n or n % batch_size:
+            raise ValueError(f"batch_size must divide num_envs={n} (1 <= batch_size <= {n}), got {batch_size!r}")
+        size = next(iter(sizes))
+        if len(sizes) != 1 or batch_size % size:
+            raise ValueError(
+                f"batch_size={batch_size} must be a multiple of envs_per_worker ({sorted(sizes)}): batches are "
+                "made of whole workers; pass envs_per_worker that divides batch_size"
+            )
+        self.batch_size = batch_size
+        self.workers_per_batch = batch_size // size
+
+    @property
+    def active(self) -> bool:
+        return bool(self.in_flight.any())
+
+    def reset(self, requests: list[tuple[Any, Any] | None]) -> None:
+        """Reset every env; the results come back through ``recv`` like step results."""
+        self.drain()
+        self.engine.send_resets(requests, self.engine.all_workers)
+        self.in_flight[:] = True
+
+    def send(self, actions: Any, env_ids: Any) -> np.ndarray:
+        """Start stepping ``env_ids`` (whole workers, idle) with one row of ``actions`` per env."""
+        env_ids = np.asarray(env_ids, dtype=np.int64)
+        workers = self.engine.workers_of(env_ids)
+        busy = workers[self.in_flight[workers]]
+        if len(busy):
+            raise AlreadyPendingCallError(
+                f"envs {self.engine.env_ids_of(busy).tolist()} are still in flight; recv() them before sending again",
+                "send",
+            )
+        self.engine.write_actions(actions, env_ids)
+        self.engine.submit(Command.STEP, workers)
+        self.in_flight[workers] = True
+        return env_ids
+
+    def recv(self, timeout: float | None = None) -> np.ndarray:
+        """Wait for the first ``batch_size`` envs to finish; their ids (sorted)."""
+        pending = np.flatnonzero(self.in_flight)
+        if len(pending) == 0:
+            raise NoAsyncCallError("recv() was called with no envs in flight; send() or async_reset() first", "recv")
+        done = self.engine.collect(pending, "step", need=min(self.workers_per_batch, len(pending)), timeout=timeout)
+        self.in_flight[done] = False
+        return self.engine.env_ids_of(np.sort(done))
+
+    def drain(self) -> None:
+        """Finish and drop whatever is in flight (before a synchronous call)."""
+        pending = np.flatnonzero(self.in_flight)
+        if len(pending):
+            self.engine.collect(pending, "step")
+            self.in_flight[:] = False

@@ -38,6 +38,9 @@ class FaultyEnv(gym.Env):
             return self._fail()
         return np.zeros(3, np.float32), 0.0, False, False, {}
 
+    def getenv(self, name: str):
+        return os.environ.get(name)
+
     def _fail(self):
         if self.fault == "raise":
             raise ValueError(f"boom at t={self.t}")

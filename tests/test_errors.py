@@ -64,6 +64,11 @@ def test_box_actions_of_the_wrong_kind_are_rejected():
             venv.step(np.zeros((2, 3), np.float32))
         with pytest.raises(ValueError, match="dtype"):
             venv.step(np.zeros((2, 2), dtype=np.complex64))
+        nan = np.zeros((2, 2), np.float32)
+        nan[1, 0] = np.nan
+        with pytest.raises(ValueError, match=r"envs \[1\] contain NaN"):
+            venv.step(nan)
+        venv.step(np.zeros((2, 2), np.float32))  # the workers are untouched
 
 
 @pytest.mark.parametrize("fault", ["bad_shape", "bad_dtype", "bad_type"])

@@ -121,3 +121,11 @@ def test_reset_cancels_a_pending_step():
         venv.step_async(np.zeros(2, dtype=np.int64))
         venv.seed(1)
         assert_tree_equal(venv.reset(), reference.reset())
+
+
+@pytest.mark.timeout(300)
+def test_one_process_per_env_oversubscribed_stays_bit_identical(no_leaks):
+    """32 worker processes on a 2-core machine: no deadlock, no lost wake-up, same results."""
+    fns = [make_space_env("box_f32", tag=i, big_info_every=0) for i in range(32)]
+    with ShmVecEnv(fns, envs_per_worker=1) as venv, DummyVecEnv(fns) as reference:
+        run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=200)

@@ -2,6 +2,7 @@
 
 from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
 from vecshm import sb3 as _sb3
+from vecshm.affinity import Topology, topology
 from vecshm.errors import (
     AlreadyPendingCallError,
     ClosedError,
@@ -49,6 +50,7 @@ __all__ = [
     "ShmVecEnv",
     "ShmVectorEnv",
     "StepTimeoutError",
+    "Topology",
     "VecEnv",
     "VecEnvWrapper",
     "VecShmError",
@@ -56,6 +58,7 @@ __all__ = [
     "WorkerError",
     "Monitor",
     "make_vec_env",
+    "topology",
     "RunningMeanStd",
     "StackedObservations",
     "VecCheckNan",

@@ -1,11 +1,21 @@
-"""Which cores vecshm may use, and the per-worker settings applied before envs are built."""
+"""Which cores vecshm may use, how it pins workers, and the settings applied before envs are built."""
 
 from __future__ import annotations
 
 import os
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["usable_cores", "apply_worker_settings", "THREAD_LIMIT_VARS"]
+__all__ = [
+    "THREAD_LIMIT_VARS",
+    "Topology",
+    "apply_worker_settings",
+    "check_cores",
+    "plan_worker_cores",
+    "topology",
+    "usable_cores",
+]
 
 THREAD_LIMIT_VARS = (
     "OMP_NUM_THREADS",
@@ -23,6 +33,113 @@ def usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))  # pragma: no cover - non-Linux
 
 
+def _physical_groups(cores: list[int]) -> list[list[int]]:
+    """Allowed logical cores grouped by physical core (hyperthread siblings together), in order."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for core in cores:
+        base = f"/sys/devices/system/cpu/cpu{core}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as package, open(f"{base}/core_id") as core_id:
+                key = (package.read().strip(), core_id.read().strip())
+        except OSError:
+            key = ("?", str(core))  # no topology information: every logical core stands alone
+        groups.setdefault(key, []).append(core)
+    return list(groups.values())
+
+
+@dataclass
+class Topology:
+    """What vecshm sees of this machine, and the worker plan it would use for ``num_envs`` envs."""
+
+    logical_cores: int
+    physical_cores: int
+    allowed: list[int]
+    physical_groups: list[list[int]]
+    num_envs: int | None = None
+    num_workers: int | None = None
+    envs_per_worker: list[int] = field(default_factory=list)
+    auto_plan: list[list[int] | None] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [
+            f"logical cores: {self.logical_cores}, physical cores: {self.physical_cores}",
+            f"allowed for this process: {self.allowed}",
+            f"physical groups (hyperthread siblings): {self.physical_groups}",
+        ]
+        if self.num_envs is not None:
+            lines.append(
+                f"plan for {self.num_envs} envs: {self.num_workers} workers hosting {self.envs_per_worker} envs"
+            )
+            lines += [f"  worker {w}: cores {cores}" for w, cores in enumerate(self.auto_plan)]
+        return "\n".join(lines)
+
+
+def topology(num_envs: int | None = None, envs_per_worker: int | None = None) -> Topology:
+    """Cores, physical grouping and the allowed set; with ``num_envs``, the default split and ``"auto"`` pins.
+
+    >>> from vecshm import topology
+    >>> print(topology(8))  # doctest: +SKIP
+    """
+    from vecshm.pool import split_envs
+
+    allowed = usable_cores()
+    groups = _physical_groups(allowed)
+    logical = os.cpu_count() or len(allowed)
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or len(groups)
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        physical = len(groups)
+    info = Topology(logical, physical, allowed, groups)
+    if num_envs is not None:
+        slices = split_envs(num_envs, envs_per_worker, len(allowed))
+        info.num_envs = num_envs
+        info.num_workers = len(slices)
+        info.envs_per_worker = [b - a for a, b in slices]
+        info.auto_plan = plan_worker_cores("auto", len(slices))
+    return info
+
+
+def _auto_cores(num_workers: int) -> list[list[int]]:
+    """One worker per physical core, siblings kept apart; the parent's physical core stays free if it can."""
+    groups = _physical_groups(usable_cores())
+    if len(groups) > num_workers:
+        groups = groups[1:]  # leave the first physical core to the parent (the learner)
+    firsts = [group[0] for group in groups]  # one logical core per physical core first...
+    seconds = [core for group in groups for core in group[1:]]  # ...hyperthread siblings only after
+    order = firsts + seconds if num_workers > len(firsts) else firsts
+    return [[order[w % len(order)]] for w in range(num_workers)]
+
+
+def check_cores(cores: Any, what: str) -> list[int]:
+    """``cores`` as a list of allowed core ids; ``ValueError`` naming the bad ones otherwise."""
+    values = [int(cores)] if isinstance(cores, int) or hasattr(cores, "__index__") else [int(c) for c in cores]
+    allowed = usable_cores()
+    bad = sorted(set(values) - set(allowed))
+    if bad or not values:
+        raise ValueError(f"{what} names cores {bad or values} outside this process's allowed set {allowed}")
+    return values
+
+
+def plan_worker_cores(cpu_affinity: Any, num_workers: int) -> list[list[int] | None]:
+    """Cores each worker is pinned to: None (no pinning), ``"auto"``, or an explicit list.
+
+    An explicit list gives one core (or a list of cores) per worker, reused round-robin when it is
+    shorter than the number of workers.
+    """
+    if cpu_affinity is None:
+        return [None] * num_workers
+    if isinstance(cpu_affinity, str):
+        if cpu_affinity != "auto":
+            raise ValueError(f"cpu_affinity must be None, 'auto' or a list of cores, got {cpu_affinity!r}")
+        return list(_auto_cores(num_workers))
+    entries = list(cpu_affinity)
+    if not entries:
+        raise ValueError("cpu_affinity is an empty list; pass None for no pinning")
+    return [check_cores(entries[w % len(entries)], f"cpu_affinity for worker {w}") for w in range(num_workers)]
+
+
 def apply_worker_settings(settings: dict[str, Any]) -> None:
     """Pin the worker and cap native thread pools, before any env (and its libraries) is built."""
     cores = settings.get("cpu_affinity")
@@ -37,46 +154,9 @@ def apply_worker_settings(settings: dict[str, Any]) -> None:
 def _limit_loaded_thread_pools() -> None:
     # Under fork the parent's libraries are already loaded; environment variables no longer reach
     # them, so cap the pools that are live in this process directly.
-    import sys
-
-    if "cv2" in sys.modules:
-        try:
-            sys.modules["cv2"].setNumThreads(1)
-        except Exception:
-            pass
-    if "torch" in sys.modules:
-        try:
-            sys.modules["torch"].set_num_threads(1)
-        except Exception:
-            pass
-
-
-def plan_worker_cores(cpu_affinity: Any, num_workers: int) -> list[list[int] | None]:
-    """Cores each worker is pinned to: None (no pinning), ``"auto"``, or an explicit list.
-
-    An explicit list gives one core (or a list of cores) per worker, reused round-robin when it is
-    shorter than the number of workers. ``"auto"`` keeps the parent's first core free when there
-    are more usable cores than workers, and spreads workers over the rest.
-    """
-    if cpu_affinity is None:
-        return [None] * num_workers
-    allowed = usable_cores()
-    if isinstance(cpu_affinity, str):
-        if cpu_affinity != "auto":
-            raise ValueError(f"cpu_affinity must be None, 'auto' or a list of cores, got {cpu_affinity!r}")
-        pool = allowed[1:] if len(allowed) > num_workers else allowed
-        return [[pool[w % len(pool)]] for w in range(num_workers)]
-    entries = list(cpu_affinity)
-    if not entries:
-        raise ValueError("cpu_affinity is an empty list; pass None for no pinning")
-    plan: list[list[int] | None] = []
-    for w in range(num_workers):
-        entry = entries[w % len(entries)]
-        cores = [int(entry)] if isinstance(entry, (int,)) or hasattr(entry, "__index__") else [int(c) for c in entry]
-        bad = sorted(set(cores) - set(allowed))
-        if bad or not cores:
-            raise ValueError(
-                f"cpu_affinity for worker {w} names cores {bad or cores} outside this process's allowed set {allowed}"
-            )
-        plan.append(cores)
-    return plan
+    for module, call in (("cv2", "setNumThreads"), ("torch", "set_num_threads")):
+        if module in sys.modules:
+            try:
+                getattr(sys.modules[module], call)(1)
+            except Exception:
+                pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import pickle
 import platform
 import select
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.affinity import plan_worker_cores, usable_cores
+from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
 from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
 from vecshm.errors import (
     ClosedError,
@@ -83,9 +84,11 @@ class Engine:
         daemon: bool = True,
         spin: float | None = None,
         cpu_affinity: Any = None,
+        pin_parent: Sequence[int] | None = None,
         limit_threads: bool = True,
     ) -> None:
         fns = as_env_list(env_fns)
+        parent_cores = None if pin_parent is None else check_cores(pin_parent, "pin_parent")
         context = _context(start_method)
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
@@ -121,6 +124,8 @@ class Engine:
         except BaseException:
             self.close()
             raise
+        if parent_cores is not None:  # after the workers exist, so that none inherits it
+            os.sched_setaffinity(0, parent_cores)
 
     def _start(self, info_bytes: int) -> None:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
@@ -364,4 +369,9 @@ def _checked_actions(leaf: Leaf, value: Any, count: int, space: spaces.Space) ->
             )
     elif leaf.dtype.kind == "f" and array.dtype.kind not in "fiub":
         raise ValueError(f"actions{where} have dtype {array.dtype}, but {space} takes {leaf.dtype} values")
+    if array.dtype.kind == "f":
+        bad = ~np.isfinite(array)
+        if bad.any():
+            envs = np.flatnonzero(bad.reshape(count, -1).any(axis=1)).tolist()
+            raise ValueError(f"actions{where} for envs {envs} contain NaN or inf; nothing was sent to the workers")
     return array

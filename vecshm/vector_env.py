@@ -68,6 +68,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         info_bytes: int = DEFAULT_INFO_BYTES,
         spin: float | None = None,
         cpu_affinity: Any = None,
+        pin_parent: list[int] | None = None,
         limit_threads: bool = True,
         batch_size: int | None = None,
     ) -> None:
@@ -85,6 +86,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             daemon=daemon,
             spin=spin,
             cpu_affinity=cpu_affinity,
+            pin_parent=pin_parent,
             limit_threads=limit_threads,
         )
         self.closed = False

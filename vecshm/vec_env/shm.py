@@ -33,6 +33,7 @@ class ShmVecEnv(VecEnv):
     :param daemon: start workers as daemon processes (as SB3 does); False lets envs have children
     :param spin: seconds to busy-wait before sleeping (None: automatic, only with a spare core)
     :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
+    :param pin_parent: cores to pin the calling process (the learner) to, once the workers started
     :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker
     :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
         must divide ``num_envs`` and be a multiple of ``envs_per_worker``
@@ -57,6 +58,7 @@ class ShmVecEnv(VecEnv):
         daemon: bool = True,
         spin: float | None = None,
         cpu_affinity: Any = None,
+        pin_parent: list[int] | None = None,
         limit_threads: bool = True,
         batch_size: int | None = None,
     ) -> None:
@@ -73,6 +75,7 @@ class ShmVecEnv(VecEnv):
             daemon=daemon,
             spin=spin,
             cpu_affinity=cpu_affinity,
+            pin_parent=pin_parent,
             limit_threads=limit_threads,
         )
         self.closed = False

@@ -28,8 +28,8 @@ PARENT_SCRIPT = textwrap.dedent(
         venv = ShmVecEnv([faulty("hang", fail_at=2) for _ in range(4)], start_method={method!r}, envs_per_worker=2)
         venv.reset()
         venv.step(np.zeros(4, dtype=np.int64))
-        print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
         try:
+            print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
             venv.step(np.zeros(4, dtype=np.int64))  # every env hangs: the parent waits here
         except KeyboardInterrupt:
             venv.close()

@@ -15,6 +15,7 @@ import pickle
 import platform
 import select
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -32,13 +33,14 @@ from vecshm.errors import (
     remote_error,
 )
 from vecshm.layout import Leaf, flatten, leaves
-from vecshm.pool import WorkerPool, as_env_list, split_envs
+from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.sync import Spinner
 
 __all__ = ["Engine", "EngineState", "default_start_method"]
 
 DEFAULT_INFO_BYTES = 2048
+MAX_RESTARTS_PER_WORKER = 20
 DEFAULT_SPIN_SECONDS = 1e-3
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
@@ -86,7 +88,15 @@ class Engine:
         cpu_affinity: Any = None,
         pin_parent: Sequence[int] | None = None,
         limit_threads: bool = True,
+        on_worker_failure: str = "raise",
     ) -> None:
+        if on_worker_failure not in ("raise", "restart"):
+            raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
+        if on_worker_failure == "restart" and autoreset is not AutoReset.SAME_STEP:
+            raise ValueError("on_worker_failure='restart' needs same-step autoreset (the SB3 facade, ShmVecEnv)")
+        self.restart_workers = on_worker_failure == "restart"
+        self.restarts: dict[int, int] = {}
+        self.restarted_envs: list[int] = []
         fns = as_env_list(env_fns)
         parent_cores = None if pin_parent is None else check_cores(pin_parent, "pin_parent")
         context = _context(start_method)
@@ -138,7 +148,7 @@ class Engine:
                     f"env {self.slices[w][0]} has spaces {obs_space} / {action_space}, which differ from env 0's "
                     f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
                 )
-        self.buffers: Buffers = self.pool.attach(self.spec, deadline)
+        self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self._poller = select.poll()
         self._poller.register(self.pool.done_bell.fd, select.POLLIN)
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
@@ -215,9 +225,12 @@ class Engine:
         ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
         """
         need = len(workers) if need is None else need
+        self.restarted_envs = []
         try:
             done = self._wait(workers, need, during, timeout or self.timeout)[:need]
             self._gather(done, during)
+            if self.restarted_envs and during == "step":
+                self.buffers.truncated[self.restarted_envs] = True  # the lost episodes end as truncated
         except VecShmError as error:
             self._fail(error)
             raise
@@ -255,11 +268,42 @@ class Engine:
                 self._spinner.record(time.perf_counter() - started)
                 return done
             for fd, _ in events:
-                if fd in self._sentinels:
-                    self.pool.raise_died(self._sentinels[fd], during)
+                if fd not in self._sentinels:
+                    continue
+                w = self._sentinels[fd]
+                if not (self.restart_workers and during in ("step", "reset")):
+                    self.pool.raise_died(w, during)
+                self._restart(w, during, deadline)
+                expected[workers == w] = b.cmd_seq[w]
             if deadline is not None and time.monotonic() >= deadline:
                 pending = workers[b.done_seq[workers] != expected]
                 self.pool.raise_timeout(pending.tolist(), during)
+
+    def _restart(self, w: int, during: str, deadline: float | None) -> None:
+        """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""
+        self.restarts[w] = self.restarts.get(w, 0) + 1
+        if self.restarts[w] > MAX_RESTARTS_PER_WORKER:
+            self.pool.raise_died(w, f"{during} (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
+        start, stop = self.slices[w]
+        process = self.pool.processes[w]
+        process.join(1.0)
+        warnings.warn(
+            f"worker {w} (envs {start}-{stop - 1}) {describe_exit(process.exitcode)} during {during}; "
+            f"restarting it from its env factories (restart {self.restarts[w]}); its envs' episodes end as truncated",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        self._poller.unregister(process.sentinel)
+        del self._sentinels[process.sentinel]
+        b = self.buffers
+        for obs, final in zip(b.obs, b.final_obs):  # the last observation we have ends the lost episode
+            final[start:stop] = obs[start:stop]
+        self.pool.restart(w, deadline)
+        sentinel = self.pool.processes[w].sentinel
+        self._sentinels[sentinel] = w
+        self._poller.register(sentinel, select.POLLIN)
+        self.send_resets([(None, None)] * self.num_envs, np.array([w]))
+        self.restarted_envs += list(range(start, stop))
 
     def _gather(self, done: np.ndarray, during: str) -> None:
         """Read what finished workers left on their sockets: piped infos, or an env's error."""

@@ -56,33 +56,43 @@ class WorkerPool:
         worker_settings: list[dict[str, Any]],
     ) -> None:
         self.slices = slices
-        self.processes: list[Any] = []
-        self.conns: list[Connection] = []
-        self.doorbells: list[Doorbell] = [Doorbell() for _ in slices]
-        self.done_bell = Doorbell()
-        self.buffers: Buffers | None = None
-        self.segment: Segment | None = None
-        self.stuck: set[int] = set()
-        self.closed = False
-        for w, (start, stop) in enumerate(slices):
-            parent_conn, child_conn = context.Pipe(duplex=True)
-            spec = WorkerSpec(
+        self.context = context
+        self.specs = [
+            WorkerSpec(
                 index=w,
                 env_start=start,
                 env_fns=cloudpickle.dumps(env_fns[start:stop]),
-                conn=child_conn,
-                doorbell=self.doorbells[w],
-                done_bell=self.done_bell,
+                conn=None,  # type: ignore[arg-type]  (set per process start)
+                doorbell=Doorbell(),
+                done_bell=None,  # type: ignore[arg-type]
                 autoreset=autoreset,
                 spin_seconds=spin_seconds,
                 settings=worker_settings[w],
                 parent_pid=os.getpid(),
             )
-            process = context.Process(target=worker_main, args=(spec,), daemon=daemon, name=f"vecshm-worker-{w}")
-            self.conns.append(parent_conn)
-            self.processes.append(process)
-            process.start()
-            child_conn.close()
+            for w, (start, stop) in enumerate(slices)
+        ]
+        self.daemon = daemon
+        self.doorbells: list[Doorbell] = [spec.doorbell for spec in self.specs]
+        self.done_bell = Doorbell()
+        self.processes: list[Any] = [None] * len(slices)
+        self.conns: list[Connection] = [None] * len(slices)  # type: ignore[list-item]
+        self.buffers: Buffers | None = None
+        self.segment: Segment | None = None
+        self.stuck: set[int] = set()
+        self.closed = False
+        for w in range(len(slices)):
+            self._start_process(w)
+
+    def _start_process(self, w: int) -> None:
+        parent_conn, child_conn = self.context.Pipe(duplex=True)
+        spec = self.specs[w]
+        spec.conn, spec.done_bell = child_conn, self.done_bell
+        process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{w}")
+        self.conns[w], self.processes[w] = parent_conn, process
+        process.start()
+        child_conn.close()
+        spec.conn = None  # type: ignore[assignment]
 
     # -- start-up ---------------------------------------------------------------------------------
 
@@ -94,17 +104,38 @@ class WorkerPool:
                 raise remote_error(reply[1])
         return [(reply[1], reply[2]) for reply in replies]
 
-    def attach(self, spec: BufferSpec, deadline: float | None) -> Buffers:
-        """Create the segment, hand its descriptor to every worker, and close it once all have mapped it."""
+    def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
+        """Create the segment, hand its descriptor to every worker, and close it once all have mapped it.
+
+        ``keep_fd`` keeps the descriptor so that a restarted worker can map the segment too.
+        """
+        self.buffer_spec = spec
         self.segment = Segment(spec.plan().size)
-        for w, conn in enumerate(self.conns):
-            conn.send(("attach", spec))
-            reduction.send_handle(conn, self.segment.fd, self.processes[w].pid)
+        for w in range(len(self.slices)):
+            self._send_segment(w)
         for w in range(len(self.slices)):
             self.recv(w, deadline, "start-up")
-        self.segment.release_fd()
+        if not keep_fd:
+            self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
         return self.buffers
+
+    def _send_segment(self, w: int) -> None:
+        self.conns[w].send(("attach", self.buffer_spec))
+        reduction.send_handle(self.conns[w], self.segment.fd, self.processes[w].pid)
+
+    def restart(self, w: int, deadline: float | None) -> None:
+        """Replace dead worker ``w`` by a new process that builds the same envs and maps the segment."""
+        old = self.processes[w]
+        old.join(1.0)
+        old.close()
+        self.conns[w].close()
+        self._start_process(w)
+        reply = self.recv(w, deadline, "worker restart")
+        if reply[0] == "error":
+            raise remote_error(reply[1])
+        self._send_segment(w)
+        self.recv(w, deadline, "worker restart")
 
     # -- messages and liveness --------------------------------------------------------------------
 

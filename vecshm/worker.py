@@ -89,9 +89,12 @@ def worker_main(spec: WorkerSpec) -> None:
     fd = reduction.recv_handle(conn)
     segment = Segment.attach(fd, buffer_spec.plan().size)
     buffers = Buffers(buffer_spec, segment)
+    # Commands start after "attached" reaches the parent; a restarted worker must not replay the
+    # command its predecessor died in, so the first command to serve is the next one.
+    seen = int(buffers.cmd_seq[spec.index])
     conn.send(("attached",))
     try:
-        _serve(spec, envs, buffers, parent)
+        _serve(spec, envs, buffers, parent, seen)
     finally:
         _close_envs(envs)
         buffers.release()
@@ -169,12 +172,11 @@ def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
         return None
 
 
-def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int) -> None:
+def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: int) -> None:
     runner = EnvRunner(spec, envs, buffers)
     spinner = Spinner(spec.spin_seconds)
     me = spec.index
     cmd_seq = buffers.cmd_seq
-    seen = 0
     while True:
         idle_since = time.perf_counter()
         if cmd_seq[me] == seen:

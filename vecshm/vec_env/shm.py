@@ -35,6 +35,8 @@ class ShmVecEnv(VecEnv):
     :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
     :param pin_parent: cores to pin the calling process (the learner) to, once the workers started
     :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker
+    :param on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild a dead worker's envs from
+        their factories; their episodes end as truncated (``TimeLimit.truncated``, ``worker_restarted``)
     :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
         must divide ``num_envs`` and be a multiple of ``envs_per_worker``
 
@@ -61,6 +63,7 @@ class ShmVecEnv(VecEnv):
         pin_parent: list[int] | None = None,
         limit_threads: bool = True,
         batch_size: int | None = None,
+        on_worker_failure: str = "raise",
     ) -> None:
         self.waiting = False
         self.closed = True  # until the engine is up: close() must not touch a half-built object
@@ -77,6 +80,7 @@ class ShmVecEnv(VecEnv):
             cpu_affinity=cpu_affinity,
             pin_parent=pin_parent,
             limit_threads=limit_threads,
+            on_worker_failure=on_worker_failure,
         )
         self.closed = False
         self.copy = copy
@@ -134,6 +138,11 @@ class ShmVecEnv(VecEnv):
             infos[k] = step_info
         for k in np.flatnonzero(~dones).tolist():
             infos[k]["TimeLimit.truncated"] = False
+        if self._engine.restarted_envs:
+            restarted = set(self._engine.restarted_envs)
+            for k, i in enumerate(ids):
+                if i in restarted:
+                    infos[k]["worker_restarted"] = True
         rewards = b.rewards[rows].astype(np.float32)
         return self._observations(env_ids), rewards, terminated, truncated, infos, reset_infos
 

@@ -31,7 +31,7 @@ bench-pytest: install  ## pytest-benchmark view of the step overhead
 	$(BIN)/python -m pytest benchmarks -q
 
 bench-full: install  ## every workload (Atari included), n_envs sweep, plot in bench-results/
-	$(BIN)/python -m vecshm.bench -w frames dict busy200 vector pong -n 2 8 32 -r 5
+	$(BIN)/python -m vecshm.bench -w frames dict busy200 variable vector pong -n 2 8 32 -s all -r 5
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache

@@ -29,7 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-w", "--workload", nargs="+", default=["frames"], choices=list(WORKLOADS))
     parser.add_argument("-n", "--n-envs", nargs="+", type=int, default=[8], help="sweep, e.g. 1 2 4 8 16 32 64")
-    parser.add_argument("-s", "--systems", nargs="+", default=None, help=f"subset of: {'; '.join(SYSTEMS)}")
+    parser.add_argument(
+        "-s",
+        "--systems",
+        nargs="+",
+        default=None,
+        help=f"'all', or names (substrings match) among: {'; '.join(SYSTEMS)}",
+    )
     parser.add_argument("-r", "--rounds", type=int, default=5, help="interleaved rounds per case")
     parser.add_argument("--seconds", type=float, default=1.0, help="measurement time per system per round")
     parser.add_argument("--no-ideal", action="store_true", help="skip the independent-processes ideal")

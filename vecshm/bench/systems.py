@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ class System:
     name: str
     build: Callable[[Workload, int], Stepper]
     requires: tuple[str, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    default: bool = True  # part of the default comparison (others are chosen with --systems)
 
     def available(self, workload: Workload) -> str | None:
         """None if this system can run ``workload`` here, else the reason it is skipped."""
@@ -125,7 +125,21 @@ def _gym_sync(workload: Workload, n_envs: int) -> Stepper:
 def _envpool(workload: Workload, n_envs: int) -> Stepper:
     import envpool
 
-    env = envpool.make_gymnasium(workload.env_id.split("/")[-1], num_envs=n_envs)
+    # Configured like gymnasium's ALE/*-v5: RGB 210x160 frames, frame skip 4, sticky actions, no
+    # stacking, grayscale, resizing, life loss or reward clipping (EnvPool's Atari defaults differ).
+    env = envpool.make_gymnasium(
+        workload.env_id.split("/")[-1],
+        num_envs=n_envs,
+        img_height=210,
+        img_width=160,
+        gray_scale=False,
+        stack_num=1,
+        frame_skip=4,
+        repeat_action_probability=0.25,
+        noop_max=1,
+        episodic_life=False,
+        reward_clip=False,
+    )
     return _stepper(env)
 
 
@@ -134,8 +148,9 @@ SYSTEMS: dict[str, System] = {
     for s in [
         System("vecshm ShmVecEnv", _shm()),
         System("vecshm ShmVecEnv copy=False", _shm(copy=False)),
+        System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVectorEnv", _shm_vector),
-        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
+        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async, default=False),
         System("vecshm DummyVecEnv", _vecshm_dummy),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
         System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),
@@ -150,6 +165,8 @@ BASELINE = "SB3 SubprocVecEnv"
 
 def get_systems(names: list[str] | None) -> list[System]:
     if not names:
+        return [s for s in SYSTEMS.values() if s.default]
+    if names == ["all"]:
         return list(SYSTEMS.values())
     chosen = []
     for name in names:

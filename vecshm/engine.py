@@ -253,7 +253,8 @@ class Engine:
         # With a free core the parent may spin up to the full budget; when every core has a busy
         # worker, a spinning parent would steal from them, so only short waits are spun.
         limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
-        if self._spinner.spin(lambda: int((b.done_seq[workers] == expected).sum()) >= need, limit):
+        ready = lambda: int((b.done_seq[workers] == expected).sum()) >= need  # noqa: E731
+        if self._spinner.spin(ready, limit):
             self._spinner.record(time.perf_counter() - started)
             return finished()
         deadline = None if timeout is None else time.monotonic() + timeout

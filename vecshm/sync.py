@@ -16,7 +16,7 @@ from collections.abc import Callable
 from multiprocessing import reduction
 from typing import Any
 
-__all__ = ["Doorbell", "Spinner"]
+__all__ = ["Doorbell", "Spinner", "spin_for"]
 
 
 class Doorbell:
@@ -82,12 +82,17 @@ class Spinner:
     def spin(self, predicate: Callable[[], bool], limit: float | None = None) -> bool:
         """Busy-check ``predicate`` within the current budget; True as soon as it holds."""
         budget = self.budget(limit) if self.max_seconds > 0 else 0.0
-        if budget <= 0:
+        return spin_for(predicate, budget)
+
+
+def spin_for(predicate: Callable[[], bool], budget: float) -> bool:
+    """Busy-check ``predicate`` (yielding the core each time) for at most ``budget`` seconds."""
+    if budget <= 0:
+        return False
+    deadline = time.perf_counter() + budget
+    while True:
+        if predicate():
+            return True
+        if time.perf_counter() >= deadline:
             return False
-        deadline = time.perf_counter() + budget
-        while True:
-            if predicate():
-                return True
-            if time.perf_counter() >= deadline:
-                return False
-            os.sched_yield()
+        os.sched_yield()

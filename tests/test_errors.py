@@ -117,8 +117,9 @@ def test_spaces_that_differ_between_envs_are_refused(no_leaks):
         env.observation_space = spaces.Box(-1, 1, (5,), np.float32)
         return env
 
-    with pytest.raises(ValueError, match="differ from env 0"):
+    with pytest.raises(ValueError, match="differ from env 0") as info:
         ShmVecEnv([healthy, other], envs_per_worker=1)
+    assert isinstance(info.value, RuntimeError)  # what Gymnasium's AsyncVectorEnv raises
 
 
 # -- out-of-order calls ---------------------------------------------------------------------------

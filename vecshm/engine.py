@@ -29,10 +29,11 @@ from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
 from vecshm.errors import (
     ClosedError,
     FailedError,
+    SpaceMismatchError,
     VecShmError,
     remote_error,
 )
-from vecshm.layout import Leaf, flatten, leaves
+from vecshm.layout import Leaf, assemble, flatten, leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.sync import Spinner
@@ -60,7 +61,9 @@ def default_start_method() -> str:
 def _context(start_method: str | None) -> mp.context.BaseContext:
     method = start_method or default_start_method()
     if method not in mp.get_all_start_methods():
-        raise ValueError(f"start_method={method!r} is not available here; choose one of {mp.get_all_start_methods()}")
+        raise ValueError(
+            f"cannot find context for {method!r}: start_method must be one of {mp.get_all_start_methods()}"
+        )
     return mp.get_context(method)
 
 
@@ -144,7 +147,7 @@ class Engine:
         self.spec = BufferSpec(self.observation_space, self.action_space, self.num_envs, self.num_workers, info_bytes)
         for w, (obs_space, action_space) in enumerate(reported):
             if not (_same_layout(obs_space, self.observation_space) and _same_layout(action_space, self.action_space)):
-                raise ValueError(
+                raise SpaceMismatchError(
                     f"env {self.slices[w][0]} has spaces {obs_space} / {action_space}, which differ from env 0's "
                     f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
                 )
@@ -190,6 +193,7 @@ class Engine:
     def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> None:
         """Validate a batch of actions (one row per env in ``env_ids``) and copy it into shared memory."""
         count = self.num_envs if env_ids is None else len(env_ids)
+        actions = batch_actions(self.action_space, actions, count)
         try:
             values = flatten(self.action_space, actions)
         except ValueError as exc:
@@ -368,8 +372,9 @@ class Engine:
         self.check_usable()
         ids = [int(i) for i in env_ids]
         for i in ids:
-            if not 0 <= i < self.num_envs:
+            if not -self.num_envs <= i < self.num_envs:
                 raise IndexError(f"env index {i} is out of range for {self.num_envs} envs")
+        ids = [i % self.num_envs for i in ids]  # negative indices count from the end, as in a list
         by_worker: dict[int, list[int]] = {}
         for i in ids:
             by_worker.setdefault(int(self.env_worker[i]), []).append(i)
@@ -395,6 +400,17 @@ class Engine:
         if error is not None:
             raise error
         return [results[i] for i in ids]
+
+
+def batch_actions(space: spaces.Space, actions: Any, count: int) -> Any:
+    """Dict/Tuple actions given as one value per env (as SB3's DummyVecEnv accepts) -> one batch."""
+    per_env_type = dict if isinstance(space, spaces.Dict) else tuple if isinstance(space, spaces.Tuple) else None
+    if per_env_type is None or not isinstance(actions, (list, tuple)) or len(actions) != count:
+        return actions
+    if not all(isinstance(a, per_env_type) for a in actions) or (per_env_type is tuple and isinstance(actions, tuple)):
+        return actions
+    columns = zip(*(flatten(space, a) for a in actions))
+    return assemble(space, [np.stack([np.asarray(v) for v in column]) for column in columns])
 
 
 def _checked_actions(leaf: Leaf, value: Any, count: int, space: spaces.Space) -> np.ndarray:

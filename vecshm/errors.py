@@ -14,6 +14,8 @@ __all__ = [
     "AlreadyPendingCallError",
     "NoAsyncCallError",
     "FailedError",
+    "InvalidArgumentError",
+    "SpaceMismatchError",
     "WorkerError",
     "WorkerDiedError",
     "StepTimeoutError",
@@ -48,6 +50,14 @@ class NoAsyncCallError(VecShmError, RuntimeError, gym_error.NoAsyncCallError):
 
 class FailedError(VecShmError, RuntimeError):
     """An earlier failure left the vec env unusable; only ``close()`` is allowed."""
+
+
+class InvalidArgumentError(VecShmError, ValueError, AssertionError):
+    """A bad argument to a wrapper; also an ``AssertionError`` where SB3 checks the same with ``assert``."""
+
+
+class SpaceMismatchError(VecShmError, ValueError, RuntimeError):
+    """The envs of one vec env declare different spaces (also a ``RuntimeError``, as Gymnasium raises)."""
 
 
 class WorkerError(VecShmError, RuntimeError):

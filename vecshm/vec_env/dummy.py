@@ -34,6 +34,7 @@ class DummyVecEnv(VecEnv):
         env = self.envs[0]
         super().__init__(len(env_fns), env.observation_space, env.action_space)
         self._leaves = leaves(env.observation_space)
+        self._single_leaf = not isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self.buf_obs = [np.zeros((self.num_envs, *leaf.shape), dtype=leaf.dtype) for leaf in self._leaves]
         self.buf_dones = np.zeros((self.num_envs,), dtype=bool)
         self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
@@ -57,6 +58,8 @@ class DummyVecEnv(VecEnv):
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), deepcopy(self.buf_infos)
 
     def _action(self, env_idx: int) -> Any:
+        if isinstance(self.actions, list) or (isinstance(self.actions, tuple) and len(self.actions) == self.num_envs):
+            return self.actions[env_idx]  # one action per env, as SB3 takes them
         if isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
             return assemble(self.action_space, [a[env_idx] for a in flatten(self.action_space, self.actions)])
         return self.actions[env_idx]
@@ -84,10 +87,15 @@ class DummyVecEnv(VecEnv):
         return [env.render() for env in self.envs]  # type: ignore[misc]
 
     def _save_obs(self, env_idx: int, obs: Any) -> None:
+        if self._single_leaf:
+            self.buf_obs[0][env_idx] = obs
+            return
         for buffer, value in zip(self.buf_obs, flatten(self.observation_space, obs)):
             buffer[env_idx] = value
 
     def _obs_from_buf(self) -> VecEnvObs:
+        if self._single_leaf:
+            return np.copy(self.buf_obs[0])
         return assemble(self.observation_space, [np.copy(b) for b in self.buf_obs])
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:

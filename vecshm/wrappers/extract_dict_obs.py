@@ -6,6 +6,7 @@ from typing import Any
 
 from gymnasium import spaces
 
+from vecshm.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 
@@ -17,7 +18,9 @@ class VecExtractDictObs(VecEnvObservationWrapper):
 
     def __init__(self, venv: VecEnv, key: str) -> None:
         if not isinstance(venv.observation_space, spaces.Dict):
-            raise ValueError(f"VecExtractDictObs can only be used with Dict obs space, not {venv.observation_space}")
+            raise InvalidArgumentError(
+                f"VecExtractDictObs can only be used with Dict obs space, not {venv.observation_space}"
+            )
         if key not in venv.observation_space.spaces:
             raise KeyError(f"key {key!r} is not in the Dict observation space; it has {list(venv.observation_space)}")
         self.key = key

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from gymnasium import spaces
 
+from vecshm.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 from vecshm.wrappers.stacked_observations import StackedObservations
 
@@ -24,7 +25,7 @@ class VecFrameStack(VecEnvWrapper):
 
     def __init__(self, venv: VecEnv, n_stack: int, channels_order: str | Mapping[str, str] | None = None) -> None:
         if not isinstance(venv.observation_space, (spaces.Box, spaces.Dict)):
-            raise TypeError(
+            raise InvalidArgumentError(
                 f"VecFrameStack only works with Box and Dict observation spaces, not {venv.observation_space}"
             )
         self.stacked_obs = StackedObservations(venv.num_envs, n_stack, venv.observation_space, channels_order)

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.errors import InvalidArgumentError
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
 
 __all__ = ["StackedObservations"]
@@ -32,7 +33,7 @@ class StackedObservations(Generic[TObs]):
         channels_order: str | Mapping[str, str | None] | None = None,
     ) -> None:
         if not isinstance(n_stack, (int, np.integer)) or n_stack < 1:
-            raise ValueError(f"n_stack must be a positive integer, got {n_stack!r}")
+            raise InvalidArgumentError(f"n_stack must be a positive integer, got {n_stack!r}")
         self.n_stack = n_stack
         self.observation_space = observation_space
         if isinstance(observation_space, spaces.Dict):
@@ -40,7 +41,9 @@ class StackedObservations(Generic[TObs]):
                 channels_order = {key: channels_order for key in observation_space.spaces}
             unknown = set(channels_order) - set(observation_space.spaces)
             if unknown:
-                raise ValueError(f"channels_order names keys {sorted(unknown)} that the Dict space does not have")
+                raise InvalidArgumentError(
+                    f"channels_order names keys {sorted(unknown)} that the Dict space does not have"
+                )
             self.sub_stacked_observations = {
                 key: StackedObservations(num_envs, n_stack, subspace, channels_order.get(key))
                 for key, subspace in observation_space.spaces.items()
@@ -74,7 +77,9 @@ class StackedObservations(Generic[TObs]):
         elif channels_order in ("last", "first"):
             channels_first = channels_order == "first"
         else:
-            raise ValueError(f"`channels_order` must be one of following: 'last', 'first', got {channels_order!r}")
+            raise InvalidArgumentError(
+                f"`channels_order` must be one of following: 'last', 'first', got {channels_order!r}"
+            )
         stack_dimension = 1 if channels_first else -1
         repeat_axis = 0 if channels_first else -1
         stacked_shape = list(observation_space.shape)

@@ -7,6 +7,7 @@ from copy import deepcopy
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
@@ -19,7 +20,7 @@ class VecTransposeImage(VecEnvObservationWrapper):
 
     def __init__(self, venv: VecEnv, skip: bool = False) -> None:
         if not (is_image_space(venv.observation_space) or isinstance(venv.observation_space, spaces.Dict)):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"VecTransposeImage needs an image observation space (HxWxC uint8 in [0, 255]) or a Dict with "
                 f"image keys, not {venv.observation_space}"
             )
@@ -41,9 +42,9 @@ class VecTransposeImage(VecEnvObservationWrapper):
     @staticmethod
     def transpose_space(observation_space: spaces.Box, key: str = "") -> spaces.Box:
         if not is_image_space(observation_space):
-            raise ValueError(f"The observation space {key} must be an image, not {observation_space}")
+            raise InvalidArgumentError(f"The observation space {key} must be an image, not {observation_space}")
         if is_image_space_channels_first(observation_space):
-            raise ValueError(f"The observation space {key} must follow the channel last convention")
+            raise InvalidArgumentError(f"The observation space {key} must follow the channel last convention")
         height, width, channels = observation_space.shape
         return spaces.Box(low=0, high=255, shape=(channels, height, width), dtype=observation_space.dtype)
 

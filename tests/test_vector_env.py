@@ -112,3 +112,33 @@ def test_gymnasium_wrappers_work_on_top():
         assert episodes and isinstance(infos, list)
     finally:
         envs.close()
+
+
+def test_make_vec_builds_wrapped_envs_like_gymnasium():
+    from vecshm import make_vec
+
+    envs = make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vector_kwargs={"envs_per_worker": 2, "autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=[gym.wrappers.RecordEpisodeStatistics],
+        max_episode_steps=20,
+    )
+    reference = gym.make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=[gym.wrappers.RecordEpisodeStatistics],
+        max_episode_steps=20,
+    )
+    try:
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        assert_tree_equal(envs.reset(seed=3)[0], reference.reset(seed=3)[0])
+        for _ in range(30):
+            a, b = envs.step(np.ones(4, dtype=np.int64)), reference.step(np.ones(4, dtype=np.int64))
+            assert_tree_equal(a[:4], b[:4])
+            assert ("final_info" in a[4]) == ("final_info" in b[4])
+    finally:
+        envs.close()
+        reference.close()

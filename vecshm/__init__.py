@@ -14,6 +14,7 @@ from vecshm.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from vecshm.make import make_vec
 from vecshm.monitor import Monitor
 from vecshm.vec_env import (
     CloudpickleWrapper,
@@ -59,6 +60,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerError",
     "Monitor",
+    "make_vec",
     "make_vec_env",
     "topology",
     "RunningMeanStd",

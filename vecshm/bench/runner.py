@@ -121,7 +121,7 @@ def run_case(
             progress(f"starting {system.name}")
             stepper = system.build(workload, n_envs)
             stepper.reset()
-            measure_rate(stepper, actions, n_envs, min(0.3, seconds))  # warm-up: caches, spinners, JIT
+            measure_rate(stepper, actions, n_envs, min(1.0, seconds))  # warm-up: caches, spinners, allocator
             built[system.name] = stepper
             case.rounds[system.name] = []
         if ideal:

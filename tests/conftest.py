@@ -158,7 +158,7 @@ def no_leaks():
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     fds_before = me.num_fds()
     yield
-    children = [c for c in me.children(recursive=True) if c.is_running() and not _is_mp_helper(c)]
+    children = [c for c in me.children(recursive=True) if process_alive(c.pid) and not _is_mp_helper(c)]
     assert not children, f"child processes left behind: {children}"
     shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert shm_after <= shm_before, f"/dev/shm entries left behind: {shm_after - shm_before}"
@@ -184,3 +184,17 @@ def multiprocessing_helpers():
     if "forkserver" in mp.get_all_start_methods():
         forkserver.ensure_running()
     yield
+
+
+def process_alive(pid: int) -> bool:
+    """Running and not a zombie; False too if it vanishes while we look."""
+    try:
+        return psutil_process(pid).status() != "zombie"
+    except Exception:
+        return False
+
+
+def psutil_process(pid: int):
+    import psutil
+
+    return psutil.Process(pid)

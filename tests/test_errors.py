@@ -6,9 +6,8 @@ import os
 import signal
 
 import numpy as np
-import psutil
 import pytest
-from conftest import make_space_env
+from conftest import make_space_env, process_alive
 from faulty_envs import faulty, healthy, raises_in_constructor
 from gymnasium import spaces
 
@@ -218,7 +217,7 @@ def test_hung_env_times_out_and_close_terminates_it(no_leaks):
     with pytest.raises(FailedError):
         venv.step(ZEROS)
     venv.close()
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in pids)
+    assert not any(process_alive(pid) for pid in pids)
 
 
 # -- restart policy -------------------------------------------------------------------------------

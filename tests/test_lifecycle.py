@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from conftest import process_alive
 from faulty_envs import healthy
 
 from vecshm import ShmVecEnv
@@ -41,7 +42,7 @@ PARENT_SCRIPT = textwrap.dedent(
 def wait_gone(pids: list[int], seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in pids if process_alive(p)]
         if not alive:
             return []
         time.sleep(0.05)  # polling an external process table: no event to wait on

@@ -97,6 +97,7 @@ class IdealPool:
             process.join(10)
             if process.exitcode is None:
                 process.terminate()
+                process.join(5)
 
 
 def run_case(

@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 from gymnasium import spaces
 
@@ -152,8 +153,6 @@ def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any
 @pytest.fixture
 def no_leaks():
     """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind."""
-    import psutil
-
     me = psutil.Process()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     fds_before = me.num_fds()
@@ -189,12 +188,6 @@ def multiprocessing_helpers():
 def process_alive(pid: int) -> bool:
     """Running and not a zombie; False too if it vanishes while we look."""
     try:
-        return psutil_process(pid).status() != "zombie"
-    except Exception:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-
-
-def psutil_process(pid: int):
-    import psutil
-
-    return psutil.Process(pid)

@@ -9,15 +9,26 @@ from gymnasium import spaces
 
 from vecshm.layout import Leaf, assemble, flatten
 
-__all__ = ["batch_actions", "checked_actions"]
+__all__ = ["batch_actions", "checked_actions", "is_per_env"]
+
+
+def is_per_env(space: spaces.Space, actions: Any, count: int) -> bool:
+    """Whether Dict/Tuple ``actions`` come as one value per env (SB3 style) rather than as one batch.
+
+    Per env: a list (or, for Dict spaces, a tuple) of ``count`` dicts/tuples. A tuple for a Tuple
+    space is Gymnasium's batch form (one array per subspace), never a list of envs.
+    """
+    per_env_type = dict if isinstance(space, spaces.Dict) else tuple if isinstance(space, spaces.Tuple) else None
+    if per_env_type is None or not isinstance(actions, (list, tuple)) or len(actions) != count:
+        return False
+    if per_env_type is tuple and isinstance(actions, tuple):
+        return False
+    return all(isinstance(a, per_env_type) for a in actions)
 
 
 def batch_actions(space: spaces.Space, actions: Any, count: int) -> Any:
     """Dict/Tuple actions given as one value per env (as SB3's DummyVecEnv accepts) -> one batch."""
-    per_env_type = dict if isinstance(space, spaces.Dict) else tuple if isinstance(space, spaces.Tuple) else None
-    if per_env_type is None or not isinstance(actions, (list, tuple)) or len(actions) != count:
-        return actions
-    if not all(isinstance(a, per_env_type) for a in actions) or (per_env_type is tuple and isinstance(actions, tuple)):
+    if not is_per_env(space, actions, count):
         return actions
     columns = zip(*(flatten(space, a) for a in actions))
     return assemble(space, [np.stack([np.asarray(v) for v in column]) for column in columns])

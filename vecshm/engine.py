@@ -34,7 +34,7 @@ from vecshm.errors import (
     VecShmError,
     remote_error,
 )
-from vecshm.layout import flatten, leaves
+from vecshm.layout import assemble, flatten, leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.sync import Spinner
@@ -258,8 +258,7 @@ class Engine:
         # With a free core the parent may spin up to the full budget; when every core has a busy
         # worker, a spinning parent would steal from them, so only short waits are spun.
         limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
-        ready = lambda: int((b.done_seq[workers] == expected).sum()) >= need  # noqa: E731
-        if self._spinner.spin(ready, limit):
+        if self._spinner.spin(lambda: len(finished()) >= need, limit):
             self._spinner.record(time.perf_counter() - started)
             return finished()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -351,6 +350,17 @@ class Engine:
         return np.concatenate([np.arange(*self.slices[w]) for w in workers.tolist()])
 
     # -- results ----------------------------------------------------------------------------------
+
+    def observations(self, env_ids: np.ndarray | None = None, copy: bool = True) -> Any:
+        """Observations of ``env_ids`` (None: every env): copies, or views of the shared buffers."""
+        arrays = self.buffers.obs
+        if env_ids is not None:
+            return assemble(self.observation_space, [a[env_ids] for a in arrays])
+        return assemble(self.observation_space, [a.copy() for a in arrays] if copy else arrays)
+
+    def final_observation(self, env_index: int) -> Any:
+        """A copy of the last observation of the episode env ``env_index`` just ended."""
+        return assemble(self.observation_space, [a[env_index].copy() for a in self.buffers.final_obs])
 
     def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""

@@ -14,7 +14,6 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError
-from vecshm.layout import assemble
 from vecshm.protocol import AutoReset, CallOp, Command
 
 __all__ = ["ShmVectorEnv"]
@@ -154,7 +153,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         chosen = np.flatnonzero(self._reset_mask).tolist()
         for i, info in zip(chosen, self._engine.infos(chosen)):
             infos = self._add_info(infos, info, i)
-        return self._observations(), infos
+        return self._engine.observations(None, self.copy), infos
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -192,11 +191,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             finals = dict(zip(ended, self._engine.infos(ended, "final")))
         for k, i in enumerate(ids):
             if i in finals:
-                final_obs = assemble(self.single_observation_space, [a[i].copy() for a in b.final_obs])
+                final_obs = self._engine.final_observation(i)
                 infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
             infos = batch._add_info(infos, step_infos[k], k)
         rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
-        return self._observations(env_ids), rewards, terminated, truncated, infos
+        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -225,12 +224,6 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         env_ids = self._batches.recv(timeout)
         self._last_batch = env_ids
         return (*self._results(env_ids), env_ids)
-
-    def _observations(self, env_ids: np.ndarray | None = None) -> Any:
-        arrays = self._engine.buffers.obs
-        if env_ids is not None:
-            return assemble(self.single_observation_space, [a[env_ids] for a in arrays])
-        return assemble(self.single_observation_space, [a.copy() for a in arrays] if self.copy else arrays)
 
     # -- calls ------------------------------------------------------------------------------------
 

@@ -80,9 +80,7 @@ def _shm_async(workload: Workload, n_envs: int) -> Stepper:
     env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker)
 
     def reset() -> None:
-        if env._batches.active:
-            env._batches.drain()
-        env.async_reset(seed=0)
+        env.async_reset(seed=0)  # drains whatever is still in flight first
 
     def step(actions: np.ndarray) -> Any:
         result = env.recv()

@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecshm.actions import is_per_env
 from vecshm.env_util import is_wrapped
 from vecshm.layout import assemble, flatten, leaves
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -58,11 +59,10 @@ class DummyVecEnv(VecEnv):
         return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), deepcopy(self.buf_infos)
 
     def _action(self, env_idx: int) -> Any:
-        if isinstance(self.actions, list) or (isinstance(self.actions, tuple) and len(self.actions) == self.num_envs):
-            return self.actions[env_idx]  # one action per env, as SB3 takes them
-        if isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            return assemble(self.action_space, [a[env_idx] for a in flatten(self.action_space, self.actions)])
-        return self.actions[env_idx]
+        structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        if not structured or is_per_env(self.action_space, self.actions, self.num_envs):
+            return self.actions[env_idx]  # a row of the batch, or one env's action as SB3 takes them
+        return assemble(self.action_space, [a[env_idx] for a in flatten(self.action_space, self.actions)])
 
     def reset(self) -> VecEnvObs:
         for env_idx in range(self.num_envs):

@@ -12,7 +12,6 @@ import numpy as np
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.layout import assemble
 from vecshm.protocol import AutoReset, CallOp, Command
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
@@ -133,7 +132,7 @@ class ShmVecEnv(VecEnv):
         for k, step_info in zip(ended, self._engine.infos([ids[k] for k in ended], "final")):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
-            step_info["terminal_observation"] = assemble(self.observation_space, [a[i].copy() for a in b.final_obs])
+            step_info["terminal_observation"] = self._engine.final_observation(i)
             reset_infos[k] = infos[k]
             infos[k] = step_info
         for k in np.flatnonzero(~dones).tolist():
@@ -144,7 +143,7 @@ class ShmVecEnv(VecEnv):
                 if i in restarted:
                     infos[k]["worker_restarted"] = True
         rewards = b.rewards[rows].astype(np.float32)
-        return self._observations(env_ids), rewards, terminated, truncated, infos, reset_infos
+        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos, reset_infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -189,16 +188,10 @@ class ShmVecEnv(VecEnv):
         self.reset_infos = self._engine.infos(self._all_envs)
         self._reset_seeds()
         self._reset_options()
-        return self._observations(None)
+        return self._engine.observations(None, self.copy)
 
     def _reset_requests(self) -> list[tuple[Any, Any]]:
         return [(seed, options or None) for seed, options in zip(self._seeds, self._options)]
-
-    def _observations(self, env_ids: np.ndarray | None) -> VecEnvObs:
-        arrays = self._engine.buffers.obs
-        if env_ids is not None:
-            return assemble(self.observation_space, [a[env_ids] for a in arrays])
-        return assemble(self.observation_space, [a.copy() for a in arrays] if self.copy else arrays)
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecshm.layout import Leaf, leaves
-from vecshm.memory import Segment, SegmentPlan
+from vecshm.memory import Field, Segment, SegmentPlan
 
 __all__ = ["BufferSpec", "Buffers"]
 
@@ -29,6 +29,7 @@ class BufferSpec:
     num_envs: int
     num_workers: int
     info_bytes: int
+    obs_slots: int = 1
     obs_leaves: tuple[Leaf, ...] = field(init=False)
     action_leaves: tuple[Leaf, ...] = field(init=False)
 
@@ -44,6 +45,7 @@ class BufferSpec:
             ("done_seq", (w,), np.dtype(np.int64)),
             ("status", (w,), np.dtype(np.int64)),
             ("progress", (w,), np.dtype(np.int64)),
+            ("obs_slot", (w,), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("terminated", (n,), np.dtype(np.bool_)),
             ("truncated", (n,), np.dtype(np.bool_)),
@@ -52,17 +54,23 @@ class BufferSpec:
             ("info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
             ("final_info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
         ]
-        for prefix, leaf_list in (
-            ("act", self.action_leaves),
-            ("obs", self.obs_leaves),
-            ("final", self.obs_leaves),
-        ):
+        prefixes = ["act", "final"] + [f"obs{slot}" for slot in range(self.obs_slots)]
+        for prefix in prefixes:
+            leaf_list = self.action_leaves if prefix == "act" else self.obs_leaves
             arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(leaf_list)]
         return SegmentPlan(arrays)
 
+    def slot_fields(self, plan: SegmentPlan, slot: int) -> list[Field]:
+        """Where the observation leaves of ``slot`` lie in the segment, in leaf order (contiguous)."""
+        return [plan.fields[f"obs{slot}:{i}"] for i in range(len(self.obs_leaves))]
+
 
 class Buffers:
-    """Named views of the segment; ``obs``, ``final_obs`` and ``actions`` are lists in leaf order."""
+    """Named views of the segment; ``final_obs``, ``actions`` and each of ``obs_slots`` are lists in leaf order.
+
+    Observations have several slots: a whole-batch command may write a slot that is lent out to
+    the caller (see :mod:`vecshm.slots`); slot 0 is the one partial batches and copies use.
+    """
 
     def __init__(self, spec: BufferSpec, segment: Segment) -> None:
         self.spec = spec
@@ -73,6 +81,7 @@ class Buffers:
         self.done_seq = views["done_seq"]
         self.status = views["status"]
         self.progress = views["progress"]
+        self.obs_slot = views["obs_slot"]
         self.rewards = views["rewards"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
@@ -81,7 +90,8 @@ class Buffers:
         self.info_arena = views["info_arena"]
         self.final_info_arena = views["final_info_arena"]
         self.actions = [views[f"act:{i}"] for i in range(len(spec.action_leaves))]
-        self.obs = [views[f"obs:{i}"] for i in range(len(spec.obs_leaves))]
+        leaf_count = len(spec.obs_leaves)
+        self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
         self.final_obs = [views[f"final:{i}"] for i in range(len(spec.obs_leaves))]
 
     def release(self) -> None:

@@ -37,6 +37,7 @@ from vecshm.errors import (
 from vecshm.layout import assemble, flatten, leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
 from vecshm.sync import Spinner
 
 __all__ = ["Engine", "EngineState", "default_start_method"]
@@ -145,7 +146,14 @@ class Engine:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
         reported = self.pool.collect_ready(deadline)
         self.observation_space, self.action_space = reported[0]
-        self.spec = BufferSpec(self.observation_space, self.action_space, self.num_envs, self.num_workers, info_bytes)
+        self.spec = BufferSpec(
+            self.observation_space,
+            self.action_space,
+            self.num_envs,
+            self.num_workers,
+            info_bytes,
+            obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
+        )
         for w, (obs_space, action_space) in enumerate(reported):
             if not (_same_layout(obs_space, self.observation_space) and _same_layout(action_space, self.action_space)):
                 raise SpaceMismatchError(
@@ -153,6 +161,10 @@ class Engine:
                     f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
                 )
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
+        self.slots = ObservationSlots(self.buffers)
+        self.batch_slot = 0  # where the last whole-batch command wrote its observations
+        self.worker_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of its last command
+        self.previous_slot = self.worker_slot.copy()
         self._poller = select.poll()
         self._poller.register(self.pool.done_bell.fd, select.POLLIN)
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
@@ -183,6 +195,8 @@ class Engine:
     def close(self) -> None:
         self.state = EngineState.CLOSED
         self._poller = None
+        if hasattr(self, "slots"):
+            self.slots.close()
         self._finalizer()
 
     @property
@@ -208,16 +222,26 @@ class Engine:
 
     # -- hot commands -----------------------------------------------------------------------------
 
-    def submit(self, command: Command, workers: np.ndarray) -> None:
+    def batch_slot_for(self, copy: bool) -> int:
+        """The slot a whole-batch command writes: a free one to lend out with the results (``copy``), or 0."""
+        self.slots.release(self.batch_slot)  # acquired for a command whose results were never read
+        self.batch_slot = self.slots.acquire() if copy else 0
+        return self.batch_slot
+
+    def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:
+        """Start ``command`` on ``workers``; observations go to ``slot`` (see :meth:`batch_slot_for`)."""
         b = self.buffers
+        self.previous_slot[workers] = self.worker_slot[workers]
+        self.worker_slot[workers] = slot
+        b.obs_slot[workers] = slot
         b.cmd[workers] = command
         b.cmd_seq[workers] += 1
         for w in workers.tolist():
             self.pool.doorbells[w].ring()
 
-    def send_resets(self, requests: list[tuple[Any, Any] | None], workers: np.ndarray) -> None:
-        """Start a reset; ``requests[i]`` is ``(seed, options)`` for env ``i``, or None to leave it be."""
-        self.submit(Command.RESET, workers)
+    def send_resets(self, requests: list[tuple[Any, Any] | None], workers: np.ndarray, slot: int = 0) -> None:
+        """Start a reset; ``requests[i]`` is ``(seed, options)`` for env ``i``, or None to keep its observation."""
+        self.submit(Command.RESET, workers, slot)
         for w in workers.tolist():
             start, stop = self.slices[w]
             self.pool.conns[w].send(requests[start:stop])
@@ -301,13 +325,14 @@ class Engine:
         self._poller.unregister(process.sentinel)
         del self._sentinels[process.sentinel]
         b = self.buffers
-        for obs, final in zip(b.obs, b.final_obs):  # the last observation we have ends the lost episode
+        last = b.obs_slots[self.previous_slot[w]]
+        for obs, final in zip(last, b.final_obs):  # the last observation we have ends the lost episode
             final[start:stop] = obs[start:stop]
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
         self._poller.register(sentinel, select.POLLIN)
-        self.send_resets([(None, None)] * self.num_envs, np.array([w]))
+        self.send_resets([(None, None)] * self.num_envs, np.array([w]), int(self.worker_slot[w]))
         self.restarted_envs += list(range(start, stop))
 
     def _gather(self, done: np.ndarray, during: str) -> None:
@@ -352,10 +377,17 @@ class Engine:
     # -- results ----------------------------------------------------------------------------------
 
     def observations(self, env_ids: np.ndarray | None = None, copy: bool = True) -> Any:
-        """Observations of ``env_ids`` (None: every env): copies, or views of the shared buffers."""
-        arrays = self.buffers.obs
+        """Observations of the last command for ``env_ids`` (None: every env, after a whole-batch command).
+
+        A whole batch comes back in the slot it was written to (no copy), else copied out of slot 0
+        (``copy``) or as views of slot 0 that the next command overwrites.
+        """
+        arrays = self.buffers.obs_slots[0]
         if env_ids is not None:
             return assemble(self.observation_space, [a[env_ids] for a in arrays])
+        if self.batch_slot:
+            lent, self.batch_slot = self.slots.lend(self.batch_slot), 0
+            return assemble(self.observation_space, lent)
         return assemble(self.observation_space, [a.copy() for a in arrays] if copy else arrays)
 
     def final_observation(self, env_index: int) -> Any:

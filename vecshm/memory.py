@@ -74,7 +74,7 @@ class Segment:
     def __init__(self, size: int, fd: int | None = None) -> None:
         self.size = size
         self.fd: int | None = _anonymous_fd(size) if fd is None else fd
-        self.buffer = mmap.mmap(self.fd, size)
+        self.buffer: mmap.mmap | None = mmap.mmap(self.fd, size)
 
     @classmethod
     def attach(cls, fd: int, size: int) -> Segment:
@@ -91,8 +91,12 @@ class Segment:
 
     def close(self) -> None:
         self.release_fd()
+        if self.buffer is None:
+            return
         try:
             self.buffer.close()
         except BufferError:
-            # Views handed out with copy=False are still alive; the map goes when they do.
+            # Arrays handed out (lent slots, copy=False views) are still alive; they hold the
+            # map, and it is unmapped when the last of them goes.
             pass
+        self.buffer = None

@@ -137,16 +137,17 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
         requests = [(s, options) if m else None for s, m in zip(seeds, mask)]
-        workers = np.unique(self._engine.env_worker[mask])
-        self._engine.send_resets(requests, workers)
-        self._pending_workers = workers
+        # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
+        # observations into the new slot, so the batch returned is whole.
+        engine = self._engine
+        engine.send_resets(requests, engine.all_workers, engine.batch_slot_for(self.copy))
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            self._engine.collect(self._pending_workers, "reset", timeout=timeout)
+            self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
         finally:
             self._state = _State.DEFAULT
         infos: dict[str, Any] = {}
@@ -164,8 +165,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
-        self._engine.write_actions(actions)
-        self._engine.submit(Command.STEP, self._engine.all_workers)
+        engine = self._engine
+        engine.write_actions(actions)
+        engine.submit(Command.STEP, engine.all_workers, engine.batch_slot_for(self.copy))
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):

@@ -209,6 +209,8 @@ class EnvRunner:
         )
         self.action_of = self._action_reader()
         self.needs_reset = [False] * len(envs)
+        self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
+        self.obs_target = buffers.obs_slots[0]  # the slot this command writes, chosen by the parent
         self.autoreset = spec.autoreset
         self.piped: dict[tuple[str, int], bytes] = {}
 
@@ -219,6 +221,7 @@ class EnvRunner:
             self._call()
             return
         self.piped = {}
+        self.obs_target = self.buffers.obs_slots[int(self.buffers.obs_slot[self.spec.index])]
         error: RemoteError | None = None
         try:
             if command is Command.STEP:
@@ -273,7 +276,8 @@ class EnvRunner:
                 rewards.append(reward)
                 terminated.append(term)
                 truncated.append(trunc)
-                self._write_obs(b.obs, index, obs)
+                self._write_obs(self.obs_target, index, obs)
+                self.last_obs[offset] = obs
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
             b.rewards[start:stop] = rewards
             b.terminated[start:stop] = terminated
@@ -315,18 +319,21 @@ class EnvRunner:
         try:
             for offset, (env, request) in enumerate(zip(self.envs, requests)):
                 index = self.start + offset
-                if request is None:  # not part of a partial reset
+                if request is None:  # not part of a partial reset: its latest observation stays
+                    if self.last_obs[offset] is not None:
+                        self._write_obs(self.obs_target, index, self.last_obs[offset])
                     continue
                 b.progress[self.spec.index] = index
                 seed, options = request
                 kwargs = {"seed": seed} if options is None else {"seed": seed, "options": options}
                 obs, info = env.reset(**kwargs)
                 self.needs_reset[offset] = False
+                self.last_obs[offset] = obs
                 b.rewards[index] = 0.0
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY
-                self._write_obs(b.obs, index, obs)
+                self._write_obs(self.obs_target, index, obs)
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
         except Exception as exc:
             raise _EnvFailure(RemoteError(exc, index, "reset")) from None

@@ -104,8 +104,9 @@ class ShmVecEnv(VecEnv):
             raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
         if self._batches.active:
             raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
-        self._engine.write_actions(actions)
-        self._engine.submit(Command.STEP, self._engine.all_workers)
+        engine = self._engine
+        engine.write_actions(actions)
+        engine.submit(Command.STEP, engine.all_workers, engine.batch_slot_for(self.copy))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -183,8 +184,9 @@ class ShmVecEnv(VecEnv):
             self.waiting = False
             self._engine.collect(self._engine.all_workers, "step")
         self._batches.drain()
-        self._engine.send_resets(self._reset_requests(), self._engine.all_workers)
-        self._engine.collect(self._engine.all_workers, "reset")
+        engine = self._engine
+        engine.send_resets(self._reset_requests(), engine.all_workers, engine.batch_slot_for(self.copy))
+        engine.collect(engine.all_workers, "reset")
         self.reset_infos = self._engine.infos(self._all_envs)
         self._reset_seeds()
         self._reset_options()

@@ -1,0 +1,77 @@
+"""Observation batches handed to the caller without a copy, yet never overwritten behind its back.
+
+A whole-batch step or reset writes its observations into a free *slot* of the shared segment. The
+arrays the caller gets are views of that slot that own it: the slot goes back to the free list
+only when the last array, slice, or tensor made from them is garbage collected. So every result
+is a fresh array, as with a copy, but the parent never touches the bytes the workers wrote (on
+other cores, that copy-out costs more than the step itself for large frames). Should a caller
+hold on to every lendable slot, the next command uses slot 0 and the result is copied out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from vecshm.buffers import Buffers
+
+__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS"]
+
+# SB3 keeps two batches alive at once (``_last_obs`` and the new one); the rest is headroom. Slots
+# nobody has used cost no memory: the segment's pages are allocated on first write.
+DEFAULT_LENDABLE_SLOTS = 6
+
+
+class _Lease:
+    """Keeps one slot (and the mapping under it) alive while any array viewing it lives."""
+
+    __slots__ = ("__array_interface__", "_release", "_slot", "_mapping")
+
+    def __init__(self, address: int, nbytes: int, release: Callable[[int], None], slot: int, mapping: object) -> None:
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3}
+        self._release = release
+        self._slot = slot
+        self._mapping = mapping  # an array exported from the mmap: the mapping cannot be closed under us
+
+    def __del__(self) -> None:
+        self._release(self._slot)
+
+
+class ObservationSlots:
+    """The free list of lendable slots (1 .. n) and the arrays that own a lent slot."""
+
+    def __init__(self, buffers: Buffers) -> None:
+        spec = buffers.spec
+        plan = spec.plan()
+        self._mapping = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
+        base = self._mapping.ctypes.data
+        self._regions: list[tuple[int, int]] = [(0, 0)]
+        for slot in range(1, spec.obs_slots):
+            fields = spec.slot_fields(plan, slot)
+            start = fields[0].offset
+            self._regions.append((base + start, fields[-1].offset + fields[-1].nbytes - start))
+        first = spec.slot_fields(plan, 0)
+        self._leaves = [
+            (f.offset - first[0].offset, f.nbytes, f.dtype, f.shape) for f in first
+        ]  # the same relative layout in every slot
+        self._free = list(range(spec.obs_slots - 1, 0, -1))  # pop() takes the lowest: fewest pages touched
+
+    def acquire(self) -> int:
+        """A free lendable slot, or 0 when every one is still held by the caller."""
+        return self._free.pop() if self._free else 0
+
+    def lend(self, slot: int) -> list[np.ndarray]:
+        """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
+        address, nbytes = self._regions[slot]
+        raw = np.asarray(_Lease(address, nbytes, self._free.append, slot, self._mapping))
+        return [raw[start : start + size].view(dtype).reshape(shape) for start, size, dtype, shape in self._leaves]
+
+    def release(self, slot: int) -> None:
+        """Give back a slot that was acquired but never lent (the command failed)."""
+        if slot:
+            self._free.append(slot)
+
+    def close(self) -> None:
+        """Drop the engine's own hold on the mapping; lent arrays keep theirs."""
+        self._mapping = None

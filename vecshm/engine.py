@@ -49,6 +49,9 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
+_OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
+
+
 class EngineState(Enum):
     READY = "ready"
     FAILED = "failed"
@@ -231,11 +234,12 @@ class Engine:
     def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:
         """Start ``command`` on ``workers``; observations go to ``slot`` (see :meth:`batch_slot_for`)."""
         b = self.buffers
-        self.previous_slot[workers] = self.worker_slot[workers]
-        self.worker_slot[workers] = slot
-        b.obs_slot[workers] = slot
-        b.cmd[workers] = command
-        b.cmd_seq[workers] += 1
+        rows = slice(None) if workers is self.all_workers else workers  # a slice is the cheaper index
+        self.previous_slot[rows] = self.worker_slot[rows]
+        self.worker_slot[rows] = slot
+        b.obs_slot[rows] = slot
+        b.cmd[rows] = int(command)
+        b.cmd_seq[rows] += 1
         for w in workers.tolist():
             self.pool.doorbells[w].ring()
 
@@ -339,7 +343,7 @@ class Engine:
         """Read what finished workers left on their sockets: piped infos, or an env's error."""
         self.piped = {}
         statuses = self.buffers.status[done]
-        if (statuses == Status.OK).all():
+        if (statuses == _OK).all():
             return
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         first_error = None
@@ -399,7 +403,9 @@ class Engine:
         b = self.buffers
         lengths, arena = (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
         out: list[dict[str, Any]] = []
-        for i, n in zip(env_ids, lengths[list(env_ids)].tolist()):
+        sizes = lengths.tolist()
+        for i in env_ids:
+            n = sizes[i]
             if n == INFO_EMPTY:
                 out.append({})
             elif n == INFO_PIPED:

@@ -128,16 +128,17 @@ class ShmVecEnv(VecEnv):
         terminated, truncated = b.terminated[rows].copy(), b.truncated[rows].copy()
         dones = terminated | truncated
         infos = self._engine.infos(ids)
+        for info, done in zip(infos, dones.tolist()):
+            if not done:
+                info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
         reset_infos: list[dict[str, Any]] = [{} for _ in ids]
-        ended = np.flatnonzero(dones).tolist()
+        ended = np.flatnonzero(dones).tolist() if dones.any() else []
         for k, step_info in zip(ended, self._engine.infos([ids[k] for k in ended], "final")):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             step_info["terminal_observation"] = self._engine.final_observation(i)
             reset_infos[k] = infos[k]
             infos[k] = step_info
-        for k in np.flatnonzero(~dones).tolist():
-            infos[k]["TimeLimit.truncated"] = False
         if self._engine.restarted_envs:
             restarted = set(self._engine.restarted_envs)
             for k, i in enumerate(ids):

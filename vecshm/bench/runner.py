@@ -17,6 +17,7 @@ from vecshm.bench.workloads import Workload
 __all__ = ["Case", "run_case", "measure_rate"]
 
 IDEAL = "ideal (independent processes)"
+READY = "ready"
 
 
 @dataclass
@@ -51,6 +52,7 @@ def measure_rate(stepper: Stepper, actions: list[np.ndarray], n_envs: int, secon
 def _ideal_worker(workload: Workload, actions: list[Any], commands: Any, results: Any) -> None:
     env = workload.factory()()
     env.reset(seed=0)
+    results.put(READY)
     while True:
         seconds = commands.get()
         if seconds is None:
@@ -84,6 +86,10 @@ class IdealPool:
         ]
         for process in self.processes:
             process.start()
+        # Until every process has built its env, starting them would still be loading the CPU.
+        for _ in self.processes:
+            if self.results.get(timeout=300) != READY:
+                raise RuntimeError("an ideal process failed to start")
 
     def measure(self, seconds: float) -> float:
         for queue in self.commands:
@@ -128,6 +134,7 @@ def run_case(
         if ideal:
             progress("starting ideal processes")
             built[IDEAL] = IdealPool(workload, n_envs)
+            built[IDEAL].measure(min(1.0, seconds))  # warm-up, as for the systems
             case.rounds[IDEAL] = []
         for r in range(rounds):
             for name, runner in built.items():

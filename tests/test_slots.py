@@ -9,7 +9,7 @@ import pytest
 from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
 from gymnasium.vector import SyncVectorEnv
 
-from vecshm import DummyVecEnv, ShmVecEnv, ShmVectorEnv
+from vecshm import DummyVecEnv, ShmVecEnv, ShmVectorEnv, engine
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS
 
 
@@ -28,8 +28,9 @@ def first_address(obs: np.ndarray) -> int:
 
 
 @pytest.mark.parametrize("obs_key", ["frame_u8", "nested"])
-def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks):
+def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
+    monkeypatch.setattr(engine, "LEND_MIN_BYTES", 0)  # lend even the small nested observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []
@@ -44,6 +45,15 @@ def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks):
             expected.append(reference.step(actions)[0])
         for t, (ours, theirs) in enumerate(zip(held, expected)):
             assert_tree_equal(ours, theirs, f"batch {t}")
+        first_leaf = held[1] if obs_key == "frame_u8" else held[1]["b"]
+        assert in_segment_mapping(first_address(first_leaf)), "the first batches must have been lent"
+
+
+def test_small_observations_are_copied_not_lent():
+    fns = [make_space_env("box_f32") for _ in range(2)]
+    with ShmVecEnv(fns) as venv:
+        obs = venv.reset()
+        assert obs.flags.owndata and not in_segment_mapping(first_address(obs))
 
 
 def test_a_dropped_batch_gives_its_slot_back():

@@ -43,6 +43,7 @@ from vecshm.sync import Spinner
 __all__ = ["Engine", "EngineState", "default_start_method"]
 
 DEFAULT_INFO_BYTES = 2048
+LEND_MIN_BYTES = 64 * 1024
 MAX_RESTARTS_PER_WORKER = 20
 DEFAULT_SPIN_SECONDS = 1e-3
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
@@ -166,6 +167,8 @@ class Engine:
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
+        # Lending costs a few microseconds; below this size a plain copy is cheaper.
+        self._lending_pays = sum(leaf.nbytes for leaf in self.spec.slot_fields(self.spec.plan(), 0)) >= LEND_MIN_BYTES
         self.worker_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of its last command
         self.previous_slot = self.worker_slot.copy()
         self._poller = select.poll()
@@ -228,7 +231,7 @@ class Engine:
     def batch_slot_for(self, copy: bool) -> int:
         """The slot a whole-batch command writes: a free one to lend out with the results (``copy``), or 0."""
         self.slots.release(self.batch_slot)  # acquired for a command whose results were never read
-        self.batch_slot = self.slots.acquire() if copy else 0
+        self.batch_slot = self.slots.acquire() if copy and self._lending_pays else 0
         return self.batch_slot
 
     def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:

@@ -224,11 +224,12 @@ def test_hung_env_times_out_and_close_terminates_it(no_leaks):
 
 
 @pytest.mark.timeout(120)
-def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(no_leaks):
-    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(4)]
+@pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8"])  # copied, and lent, observations
+def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_key, no_leaks):
+    fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(4)]
     venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart")
     venv.reset()
-    venv.step(ZEROS)
+    last = venv.step(ZEROS)[0]
     victim = venv._engine.pool.processes[1].pid
     os.kill(victim, signal.SIGKILL)
     with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
@@ -236,11 +237,12 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(no_l
     assert dones[2] and dones[3]
     for i in (2, 3):
         assert infos[i]["TimeLimit.truncated"] and infos[i]["worker_restarted"]
-        assert infos[i]["terminal_observation"].shape == (3,)
+        # the lost episode ends on the last observation the caller saw
+        np.testing.assert_array_equal(infos[i]["terminal_observation"], last[i])
     assert venv._engine.pool.processes[1].pid != victim
     for _ in range(5):
         obs, rewards, dones, infos = venv.step(ZEROS)  # the vec env goes on as before
-    assert obs.shape == (4, 3)
+    assert obs.shape == (4, *venv.observation_space.shape)
     venv.close()
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
 from gymnasium.vector import SyncVectorEnv
 
-from vecshm import DummyVecEnv, ShmVecEnv, ShmVectorEnv, engine
+from vecshm import DummyVecEnv, ShmVecEnv, ShmVectorEnv, slots
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS
 
 
@@ -30,7 +30,7 @@ def first_address(obs: np.ndarray) -> int:
 @pytest.mark.parametrize("obs_key", ["frame_u8", "nested"])
 def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
-    monkeypatch.setattr(engine, "LEND_MIN_BYTES", 0)  # lend even the small nested observations
+    monkeypatch.setattr(slots, "LEND_MIN_BYTES", 0)  # lend even the small nested observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []

@@ -92,7 +92,7 @@ class Buffers:
         self.actions = [views[f"act:{i}"] for i in range(len(spec.action_leaves))]
         leaf_count = len(spec.obs_leaves)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
-        self.final_obs = [views[f"final:{i}"] for i in range(len(spec.obs_leaves))]
+        self.final_obs = [views[f"final:{i}"] for i in range(leaf_count)]
 
     def release(self) -> None:
         """Drop every view so the mapping can be closed."""

@@ -43,7 +43,6 @@ from vecshm.sync import Spinner
 __all__ = ["Engine", "EngineState", "default_start_method"]
 
 DEFAULT_INFO_BYTES = 2048
-LEND_MIN_BYTES = 64 * 1024
 MAX_RESTARTS_PER_WORKER = 20
 DEFAULT_SPIN_SECONDS = 1e-3
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
@@ -167,10 +166,7 @@ class Engine:
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
-        # Lending costs a few microseconds; below this size a plain copy is cheaper.
-        self._lending_pays = sum(leaf.nbytes for leaf in self.spec.slot_fields(self.spec.plan(), 0)) >= LEND_MIN_BYTES
-        self.worker_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of its last command
-        self.previous_slot = self.worker_slot.copy()
+        self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._poller = select.poll()
         self._poller.register(self.pool.done_bell.fd, select.POLLIN)
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
@@ -231,15 +227,14 @@ class Engine:
     def batch_slot_for(self, copy: bool) -> int:
         """The slot a whole-batch command writes: a free one to lend out with the results (``copy``), or 0."""
         self.slots.release(self.batch_slot)  # acquired for a command whose results were never read
-        self.batch_slot = self.slots.acquire() if copy and self._lending_pays else 0
+        self.batch_slot = self.slots.acquire() if copy else 0
         return self.batch_slot
 
     def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:
         """Start ``command`` on ``workers``; observations go to ``slot`` (see :meth:`batch_slot_for`)."""
         b = self.buffers
         rows = slice(None) if workers is self.all_workers else workers  # a slice is the cheaper index
-        self.previous_slot[rows] = self.worker_slot[rows]
-        self.worker_slot[rows] = slot
+        self.previous_slot[rows] = b.obs_slot[rows]
         b.obs_slot[rows] = slot
         b.cmd[rows] = int(command)
         b.cmd_seq[rows] += 1
@@ -339,7 +334,7 @@ class Engine:
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
         self._poller.register(sentinel, select.POLLIN)
-        self.send_resets([(None, None)] * self.num_envs, np.array([w]), int(self.worker_slot[w]))
+        self.send_resets([(None, None)] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
         self.restarted_envs += list(range(start, stop))
 
     def _gather(self, done: np.ndarray, during: str) -> None:

@@ -16,11 +16,13 @@ import numpy as np
 
 from vecshm.buffers import Buffers
 
-__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS"]
+__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS", "LEND_MIN_BYTES"]
 
 # SB3 keeps two batches alive at once (``_last_obs`` and the new one); the rest is headroom. Slots
 # nobody has used cost no memory: the segment's pages are allocated on first write.
 DEFAULT_LENDABLE_SLOTS = 6
+# Lending costs a few microseconds; for batches smaller than this a plain copy is cheaper.
+LEND_MIN_BYTES = 64 * 1024
 
 
 class _Lease:
@@ -46,25 +48,21 @@ class ObservationSlots:
         plan = spec.plan()
         self._mapping = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
         base = self._mapping.ctypes.data
-        self._regions: list[tuple[int, int]] = [(0, 0)]
-        for slot in range(1, spec.obs_slots):
-            fields = spec.slot_fields(plan, slot)
-            start = fields[0].offset
-            self._regions.append((base + start, fields[-1].offset + fields[-1].nbytes - start))
         first = spec.slot_fields(plan, 0)
-        self._leaves = [
-            (f.offset - first[0].offset, f.nbytes, f.dtype, f.shape) for f in first
-        ]  # the same relative layout in every slot
-        self._free = list(range(spec.obs_slots - 1, 0, -1))  # pop() takes the lowest: fewest pages touched
+        start = first[0].offset
+        self._leaves = [(f.offset - start, f.nbytes, f.dtype, f.shape) for f in first]  # the same in every slot
+        self._span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
+        self._addresses = [base + spec.slot_fields(plan, slot)[0].offset for slot in range(spec.obs_slots)]
+        lendable = range(spec.obs_slots - 1, 0, -1) if self._span >= LEND_MIN_BYTES else ()
+        self._free = list(lendable)  # pop() takes the lowest: fewest pages touched
 
     def acquire(self) -> int:
-        """A free lendable slot, or 0 when every one is still held by the caller."""
+        """A free lendable slot, or 0 when every one is still held by the caller (or batches are too small)."""
         return self._free.pop() if self._free else 0
 
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
-        address, nbytes = self._regions[slot]
-        raw = np.asarray(_Lease(address, nbytes, self._free.append, slot, self._mapping))
+        raw = np.asarray(_Lease(self._addresses[slot], self._span, self._free.append, slot, self._mapping))
         return [raw[start : start + size].view(dtype).reshape(shape) for start, size, dtype, shape in self._leaves]
 
     def release(self, slot: int) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.protocol import Command
 
 __all__ = ["AsyncBatches"]
 
@@ -61,8 +60,7 @@ class AsyncBatches:
                 f"envs {self.engine.env_ids_of(busy).tolist()} are still in flight; recv() them before sending again",
                 "send",
             )
-        self.engine.write_actions(actions, env_ids)
-        self.engine.submit(Command.STEP, workers)
+        self.engine.send_step(actions, workers, env_ids)
         self.in_flight[workers] = True
         return env_ids
 

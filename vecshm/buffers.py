@@ -19,6 +19,26 @@ __all__ = ["BufferSpec", "Buffers"]
 INFO_EMPTY = 0
 INFO_PIPED = -1  # the info did not fit the arena slot and follows on the control socket
 
+# Actions reach the env in the dtype the caller gave them, as AsyncVectorEnv and SubprocVecEnv pass
+# them on (an env may call ``time.sleep(action)``, which takes a float64 but not a float32). Each
+# element of an action leaf has room for 8 bytes, and a word per env and leaf names the dtype the
+# bytes hold. Dtypes outside this table are cast to the space's dtype.
+ACTION_DTYPES = tuple(
+    np.dtype(t)
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+    + (np.float16, np.float32, np.float64)
+)
+
+
+def action_dtypes(leaf: Leaf) -> tuple[np.dtype, ...]:
+    """The dtypes one action leaf can carry, indexed by the code written next to each row."""
+    return ACTION_DTYPES if leaf.dtype in ACTION_DTYPES else (*ACTION_DTYPES, leaf.dtype)
+
+
+def _action_row_bytes(leaf: Leaf) -> int:
+    elements = max(1, int(np.prod(leaf.shape, dtype=np.int64)))
+    return elements * max(8, leaf.dtype.itemsize)
+
 
 @dataclass(frozen=True)
 class BufferSpec:
@@ -30,15 +50,30 @@ class BufferSpec:
     num_workers: int
     info_bytes: int
     obs_slots: int = 1
-    obs_leaves: tuple[Leaf, ...] = field(init=False)
+    obs_leaves: tuple[Leaf, ...] = field(init=False)  # every leaf, dynamic ones included
     action_leaves: tuple[Leaf, ...] = field(init=False)
+    obs_fixed: tuple[Leaf, ...] = field(init=False)  # the leaves that live in shared memory
+    action_fixed: tuple[Leaf, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "obs_leaves", tuple(leaves(self.observation_space)))
-        object.__setattr__(self, "action_leaves", tuple(leaves(self.action_space)))
+        for name, space in (("obs", self.observation_space), ("action", self.action_space)):
+            all_leaves = tuple(leaves(space))
+            object.__setattr__(self, f"{name}_leaves", all_leaves)
+            object.__setattr__(self, f"{name}_fixed", tuple(leaf for leaf in all_leaves if not leaf.dynamic))
+
+    @property
+    def obs_dynamic(self) -> bool:
+        """Whether observations have leaves that travel pickled (through the observation arenas)."""
+        return len(self.obs_fixed) < len(self.obs_leaves)
+
+    @property
+    def action_dynamic(self) -> bool:
+        """Whether actions have leaves that travel pickled (on the control socket, with the command)."""
+        return len(self.action_fixed) < len(self.action_leaves)
 
     def plan(self) -> SegmentPlan:
         n, w = self.num_envs, self.num_workers
+        blob_bytes = self.info_bytes if self.obs_dynamic else 0
         arrays: list[tuple[str, tuple[int, ...], np.dtype]] = [
             ("cmd_seq", (w,), np.dtype(np.int64)),
             ("cmd", (w,), np.dtype(np.int64)),
@@ -53,20 +88,29 @@ class BufferSpec:
             ("final_info_len", (n,), np.dtype(np.int64)),
             ("info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
             ("final_info_arena", (n, self.info_bytes), np.dtype(np.uint8)),
+            ("obs_blob_len", (n,), np.dtype(np.int64)),
+            ("final_obs_blob_len", (n,), np.dtype(np.int64)),
+            ("obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
+            ("final_obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
+            ("act_dtype", (n, max(1, len(self.action_fixed))), np.dtype(np.int64)),
         ]
-        prefixes = ["act", "final"] + [f"obs{slot}" for slot in range(self.obs_slots)]
-        for prefix in prefixes:
-            leaf_list = self.action_leaves if prefix == "act" else self.obs_leaves
-            arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(leaf_list)]
+        arrays += [
+            (f"act:{i}", (n, _action_row_bytes(leaf)), np.dtype(np.uint8)) for i, leaf in enumerate(self.action_fixed)
+        ]
+        for prefix in ["final"] + [f"obs{slot}" for slot in range(self.obs_slots)]:
+            arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
         return SegmentPlan(arrays)
 
     def slot_fields(self, plan: SegmentPlan, slot: int) -> list[Field]:
-        """Where the observation leaves of ``slot`` lie in the segment, in leaf order (contiguous)."""
-        return [plan.fields[f"obs{slot}:{i}"] for i in range(len(self.obs_leaves))]
+        """Where the fixed observation leaves of ``slot`` lie in the segment, in leaf order (contiguous)."""
+        return [plan.fields[f"obs{slot}:{i}"] for i in range(len(self.obs_fixed))]
 
 
 class Buffers:
-    """Named views of the segment; ``final_obs``, ``actions`` and each of ``obs_slots`` are lists in leaf order.
+    """Named views of the segment; ``final_obs``, ``actions`` and each of ``obs_slots`` are lists in fixed-leaf order.
+
+    ``actions[i][code]`` views action leaf ``i`` as the dtype ``action_dtypes(leaf)[code]``;
+    ``action_codes[env, i]`` says which one holds each env's action.
 
     Observations have several slots: a whole-batch command may write a slot that is lent out to
     the caller (see :mod:`vecshm.slots`); slot 0 is the one partial batches and copies use.
@@ -89,8 +133,13 @@ class Buffers:
         self.final_info_len = views["final_info_len"]
         self.info_arena = views["info_arena"]
         self.final_info_arena = views["final_info_arena"]
-        self.actions = [views[f"act:{i}"] for i in range(len(spec.action_leaves))]
-        leaf_count = len(spec.obs_leaves)
+        self.obs_blob_len = views["obs_blob_len"]
+        self.final_obs_blob_len = views["final_obs_blob_len"]
+        self.obs_blob_arena = views["obs_blob_arena"]
+        self.final_obs_blob_arena = views["final_obs_blob_arena"]
+        self.action_codes = views["act_dtype"]
+        self.actions = [_typed_views(views[f"act:{i}"], leaf) for i, leaf in enumerate(spec.action_fixed)]
+        leaf_count = len(spec.obs_fixed)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
         self.final_obs = [views[f"final:{i}"] for i in range(leaf_count)]
 
@@ -99,3 +148,9 @@ class Buffers:
         for name in list(vars(self)):
             if name not in ("spec", "segment"):
                 delattr(self, name)
+
+
+def _typed_views(raw: np.ndarray, leaf: Leaf) -> list[np.ndarray]:
+    """``(num_envs, *leaf.shape)`` views of one action leaf's bytes, one per dtype it may carry."""
+    elements = int(np.prod(leaf.shape, dtype=np.int64))
+    return [raw.view(dtype)[:, :elements].reshape((raw.shape[0], *leaf.shape)) for dtype in action_dtypes(leaf)]

@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from vecshm.actions import batch_actions, checked_actions
 from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec, action_dtypes
 from vecshm.errors import (
     ClosedError,
     FailedError,
@@ -34,9 +34,10 @@ from vecshm.errors import (
     VecShmError,
     remote_error,
 )
-from vecshm.layout import assemble, flatten, leaves
+from vecshm.layout import assemble, flatten, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.registry import snapshot_registry
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
 from vecshm.sync import Spinner
 
@@ -73,10 +74,39 @@ def _context(start_method: str | None) -> mp.context.BaseContext:
 
 
 def _same_layout(a: spaces.Space, b: spaces.Space) -> bool:
+    def layout(space: spaces.Space) -> list[tuple[Any, ...]]:
+        return [(x.path, x.shape, x.dtype, x.dynamic) for x in leaves(space)]
+
+    return layout(a) == layout(b)
+
+
+def check_same_layout(env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> None:
+    """The engine's own rule: every env's spaces must lay out as env 0's (bounds may differ)."""
+    observation_space, action_space = env_spaces[0]
+    for i, (obs_space, act_space) in enumerate(env_spaces):
+        if not (_same_layout(obs_space, observation_space) and _same_layout(act_space, action_space)):
+            raise SpaceMismatchError(
+                f"env {i} has spaces {obs_space} / {act_space}, which differ from env 0's "
+                f"{observation_space} / {action_space}; all envs of a vec env must share their spaces"
+            )
+
+
+def _is_scalar(value: Any) -> bool:
+    """One value rather than a batch (a number, a string, a 0-d array): what a vector env cannot split."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0
+    return isinstance(value, (int, float, complex, bool, str, bytes, np.generic)) or not hasattr(value, "__len__")
+
+
+def stack_dynamic(space: spaces.Space, values: list[Any]) -> np.ndarray:
+    """A batch of a dynamic leaf as SubprocVecEnv builds it (``np.stack``), or an object array if that fails."""
     try:
-        return [(x.path, x.shape, x.dtype) for x in leaves(a)] == [(x.path, x.shape, x.dtype) for x in leaves(b)]
-    except TypeError:
-        return False
+        return np.stack(values)
+    except (ValueError, TypeError):
+        batch = np.empty(len(values), dtype=object)
+        for i, value in enumerate(values):
+            batch[i] = value
+        return batch
 
 
 class Engine:
@@ -97,7 +127,16 @@ class Engine:
         pin_parent: Sequence[int] | None = None,
         limit_threads: bool = True,
         on_worker_failure: str = "raise",
+        check_spaces: Callable[[list[tuple[spaces.Space, spaces.Space]]], None] = check_same_layout,
+        batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = stack_dynamic,
+        max_workers: int | None = None,
     ) -> None:
+        """Start the workers and map the shared segment.
+
+        ``check_spaces`` gets every env's ``(observation_space, action_space)`` and raises if the
+        facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf
+        (see :mod:`vecshm.layout`) as the facade's peer does; ``max_workers`` caps the processes.
+        """
         if on_worker_failure not in ("raise", "restart"):
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
         if on_worker_failure == "restart" and autoreset is not AutoReset.SAME_STEP:
@@ -115,7 +154,8 @@ class Engine:
         self.num_envs = len(fns)
         self.start_method = context.get_start_method()
         self.timeout = timeout
-        self.slices = split_envs(self.num_envs, envs_per_worker, len(usable_cores()))
+        self.slices = split_envs(self.num_envs, envs_per_worker, len(usable_cores()), max_workers)
+        self.batch_dynamic = batch_dynamic
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
         self.all_workers = np.arange(self.num_workers)
@@ -135,19 +175,21 @@ class Engine:
             daemon=daemon,
             spin_seconds=self.spin_seconds,
             worker_settings=settings,
+            registry=b"" if self.start_method == "fork" else snapshot_registry(),
         )
         self._finalizer = weakref.finalize(self, self.pool.shutdown)
         try:
-            self._start(info_bytes)
+            self._start(info_bytes, check_spaces)
         except BaseException:
             self.close()
             raise
         if parent_cores is not None:  # after the workers exist, so that none inherits it
             os.sched_setaffinity(0, parent_cores)
 
-    def _start(self, info_bytes: int) -> None:
+    def _start(self, info_bytes: int, check_spaces: Callable[[list[Any]], None]) -> None:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
         reported = self.pool.collect_ready(deadline)
+        check_spaces(reported)
         self.observation_space, self.action_space = reported[0]
         self.spec = BufferSpec(
             self.observation_space,
@@ -157,14 +199,13 @@ class Engine:
             info_bytes,
             obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
         )
-        for w, (obs_space, action_space) in enumerate(reported):
-            if not (_same_layout(obs_space, self.observation_space) and _same_layout(action_space, self.action_space)):
-                raise SpaceMismatchError(
-                    f"env {self.slices[w][0]} has spaces {obs_space} / {action_space}, which differ from env 0's "
-                    f"{self.observation_space} / {self.action_space}; all envs of a vec env must share their spaces"
-                )
+        if check_spaces is not check_same_layout:
+            check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
+        self._action_codes = [
+            {dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in self.spec.action_fixed
+        ]
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
         self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._poller = select.poll()
@@ -207,20 +248,51 @@ class Engine:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> None:
-        """Validate a batch of actions (one row per env in ``env_ids``) and copy it into shared memory."""
+    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
+        """Validate a batch of actions (one row per env in ``env_ids``) and copy it into shared memory.
+
+        Rows keep the caller's dtype (see ``ACTION_DTYPES``). Returns the dynamic leaves' values,
+        one list per env, which travel with the command; None when the action space has none.
+        """
         count = self.num_envs if env_ids is None else len(env_ids)
+        if _is_scalar(actions) and not isinstance(self.action_space, (spaces.Dict, spaces.Tuple)):
+            raise TypeError(
+                f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "
+                f"per env ({count} here), e.g. an array of shape ({count}, ...), not a single action"
+            )
         actions = batch_actions(self.action_space, actions, count)
         try:
             values = flatten(self.action_space, actions)
         except ValueError as exc:
             raise ValueError(f"actions do not match the action space {self.action_space}: {exc}") from None
-        for leaf, target, value in zip(self.spec.action_leaves, self.buffers.actions, values):
+        b, rows = self.buffers, (slice(None) if env_ids is None else env_ids)
+        fixed, dynamic = [], []
+        for leaf, value in zip(self.spec.action_leaves, values):
+            (dynamic if leaf.dynamic else fixed).append(value)
+        for i, (leaf, value) in enumerate(zip(self.spec.action_fixed, fixed)):
             array = checked_actions(leaf, value, count, self.action_space)
-            if env_ids is None:
-                target[...] = array
-            else:
-                target[env_ids] = array
+            code = self._action_codes[i].get(array.dtype)
+            if code is None:  # a dtype without a slot of its own: the space's dtype carries it
+                array, code = array.astype(leaf.dtype), self._action_codes[i][leaf.dtype]
+            b.actions[i][code][rows] = array
+            b.action_codes[rows, i] = code
+        if not dynamic:
+            return None
+        for leaf, value in zip((x for x in self.spec.action_leaves if x.dynamic), dynamic):
+            if _is_scalar(value) or len(value) != count:
+                raise ValueError(f"actions at {leaf.name} must hold one value per env ({count}), got {value!r:.80}")
+        return [list(per_env) for per_env in zip(*dynamic)]
+
+    def send_step(self, actions: Any, workers: np.ndarray, env_ids: np.ndarray | None = None, slot: int = 0) -> None:
+        """Write ``actions`` (rows for ``env_ids``, default every env) and start a step on ``workers``."""
+        dynamic = self.write_actions(actions, env_ids)
+        self.submit(Command.STEP, workers, slot)
+        if dynamic is None:
+            return
+        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
+        by_env = dict(zip(ids, dynamic))
+        for w in workers.tolist():
+            self.pool.conns[w].send({i: by_env[i] for i in range(*self.slices[w])})
 
     # -- hot commands -----------------------------------------------------------------------------
 
@@ -241,8 +313,12 @@ class Engine:
         for w in workers.tolist():
             self.pool.doorbells[w].ring()
 
-    def send_resets(self, requests: list[tuple[Any, Any] | None], workers: np.ndarray, slot: int = 0) -> None:
-        """Start a reset; ``requests[i]`` is ``(seed, options)`` for env ``i``, or None to keep its observation."""
+    def send_resets(self, requests: list[dict[str, Any] | None], workers: np.ndarray, slot: int = 0) -> None:
+        """Start a reset; ``requests[i]`` holds the keywords for env ``i``'s ``reset``, or None to keep its observation.
+
+        The facade chooses the keywords as its peer does (AsyncVectorEnv always passes ``seed`` and
+        ``options``; SubprocVecEnv passes ``options`` only when there are some).
+        """
         self.submit(Command.RESET, workers, slot)
         for w in workers.tolist():
             start, stop = self.slices[w]
@@ -258,7 +334,7 @@ class Engine:
         need = len(workers) if need is None else need
         self.restarted_envs = []
         try:
-            done = self._wait(workers, need, during, timeout or self.timeout)[:need]
+            done = self._wait(workers, need, during, self.timeout if timeout is None else timeout)[:need]
             self._gather(done, during)
             if self.restarted_envs and during == "step":
                 self.buffers.truncated[self.restarted_envs] = True  # the lost episodes end as truncated
@@ -330,11 +406,13 @@ class Engine:
         last = b.obs_slots[self.previous_slot[w]]
         for obs, final in zip(last, b.final_obs):  # the last observation we have ends the lost episode
             final[start:stop] = obs[start:stop]
+        b.final_obs_blob_len[start:stop] = b.obs_blob_len[start:stop]
+        b.final_obs_blob_arena[start:stop] = b.obs_blob_arena[start:stop]
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
         self._poller.register(sentinel, select.POLLIN)
-        self.send_resets([(None, None)] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
+        self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
         self.restarted_envs += list(range(start, stop))
 
     def _gather(self, done: np.ndarray, during: str) -> None:
@@ -382,19 +460,42 @@ class Engine:
         """Observations of the last command for ``env_ids`` (None: every env, after a whole-batch command).
 
         A whole batch comes back in the slot it was written to (no copy), else copied out of slot 0
-        (``copy``) or as views of slot 0 that the next command overwrites.
+        (``copy``) or as views of slot 0 that the next command overwrites. Dynamic leaves are
+        unpickled and batched by the facade's ``batch_dynamic``.
         """
         arrays = self.buffers.obs_slots[0]
         if env_ids is not None:
-            return assemble(self.observation_space, [a[env_ids] for a in arrays])
-        if self.batch_slot:
-            lent, self.batch_slot = self.slots.lend(self.batch_slot), 0
-            return assemble(self.observation_space, lent)
-        return assemble(self.observation_space, [a.copy() for a in arrays] if copy else arrays)
+            fixed = [a[env_ids] for a in arrays]
+        elif self.batch_slot:
+            fixed, self.batch_slot = self.slots.lend(self.batch_slot), 0
+        else:
+            fixed = [a.copy() for a in arrays] if copy else arrays
+        if not self.spec.obs_dynamic:
+            return assemble(self.observation_space, fixed)
+        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
+        per_env = [self._blob("obs", i) for i in ids]
+        dynamic_leaves = [leaf for leaf in self.spec.obs_leaves if leaf.dynamic]
+        dynamic = [
+            self.batch_dynamic(leaf.space, [values[j] for values in per_env]) for j, leaf in enumerate(dynamic_leaves)
+        ]
+        return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 
     def final_observation(self, env_index: int) -> Any:
         """A copy of the last observation of the episode env ``env_index`` just ended."""
-        return assemble(self.observation_space, [a[env_index].copy() for a in self.buffers.final_obs])
+        fixed = [a[env_index].copy() for a in self.buffers.final_obs]
+        dynamic = self._blob("final_obs", env_index) if self.spec.obs_dynamic else []
+        return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
+
+    def _blob(self, kind: str, env_index: int) -> Any:
+        """Env ``env_index``'s pickled dynamic observation leaves of the last command (``kind``: obs or final_obs)."""
+        b = self.buffers
+        lengths, arena = (
+            (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
+        )
+        n = int(lengths[env_index])
+        if n == INFO_PIPED:
+            return pickle.loads(self.piped[(kind, env_index)])
+        return pickle.loads(arena[env_index, :n].tobytes())
 
     def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""

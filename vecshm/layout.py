@@ -4,6 +4,12 @@ A space is described once, as an ordered list of :class:`Leaf` (path, shape, dty
 workers derive the same list from the same space, so both sides agree on the shared-memory layout
 by construction. ``flatten`` turns one value of a space into its leaves, ``assemble`` builds a
 value back from leaves; Dict and Tuple recurse, everything else is a leaf.
+
+Fixed-size spaces (Box, Discrete, MultiDiscrete, MultiBinary) are array leaves that live in shared
+memory. Every other space (Text, Sequence, Graph, OneOf, a user's own ``Space`` subclass) has no
+fixed size, so it is a *dynamic* leaf: it keeps its space and its values travel pickled, per env,
+while the fixed leaves around it stay in shared memory. So vecshm takes every space that
+``AsyncVectorEnv(shared_memory=False)`` takes.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["Leaf", "leaves", "flatten", "assemble", "tree_map", "check_leaf_value"]
+__all__ = ["Leaf", "leaves", "flatten", "assemble", "merge_leaves", "tree_map", "check_leaf_value"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,11 @@ class Leaf:
     path: tuple[str | int, ...]
     shape: tuple[int, ...]
     dtype: np.dtype
+    space: spaces.Space | None = None  # set only for a dynamic leaf, whose values are pickled
+
+    @property
+    def dynamic(self) -> bool:
+        return self.space is not None
 
     @property
     def name(self) -> str:
@@ -38,14 +49,14 @@ class Leaf:
 
 @singledispatch
 def leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
-    """Flat leaves of ``space``, in a fixed order (Dict in key order, Tuple by index)."""
-    raise TypeError(
-        f"vecshm cannot lay out {type(space).__name__} spaces in shared memory "
-        f"(at {'/'.join(map(str, path)) or 'the root'}: {space!r}). Supported: Box, Discrete, "
-        "MultiDiscrete, MultiBinary, and Dict/Tuple of those. Wrap the env so that it exposes a "
-        "fixed-size space, e.g. gymnasium.wrappers.FlattenObservation or a custom ObservationWrapper "
-        "that encodes the value into a Box."
-    )
+    """Flat leaves of ``space``, in a fixed order (Dict in key order, Tuple by index).
+
+    A space without a fixed size (anything but the four array spaces, Dict and Tuple) is one
+    dynamic leaf.
+    """
+    if not isinstance(space, spaces.Space):
+        raise TypeError(f"expected a gymnasium Space at {'/'.join(map(str, path)) or 'the root'}, got {space!r}")
+    return [Leaf(path, (), np.dtype(object), space)]
 
 
 @leaves.register(spaces.Box)
@@ -111,6 +122,12 @@ def _assemble_dict(space: spaces.Dict, values: Iterator[Any]) -> dict[str, Any]:
 @_assemble.register(spaces.Tuple)
 def _assemble_tuple(space: spaces.Tuple, values: Iterator[Any]) -> tuple[Any, ...]:
     return tuple(_assemble(sub, values) for sub in space.spaces)
+
+
+def merge_leaves(all_leaves: Sequence[Leaf], fixed: Sequence[Any], dynamic: Sequence[Any]) -> list[Any]:
+    """Leaf values in ``all_leaves`` order, from the fixed leaves' values and the dynamic leaves' values."""
+    fixed_iter, dynamic_iter = iter(fixed), iter(dynamic)
+    return [next(dynamic_iter) if leaf.dynamic else next(fixed_iter) for leaf in all_leaves]
 
 
 def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:

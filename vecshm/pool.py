@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
@@ -54,6 +55,7 @@ class WorkerPool:
         daemon: bool,
         spin_seconds: float,
         worker_settings: list[dict[str, Any]],
+        registry: bytes = b"",
     ) -> None:
         self.slices = slices
         self.context = context
@@ -69,6 +71,7 @@ class WorkerPool:
                 spin_seconds=spin_seconds,
                 settings=worker_settings[w],
                 parent_pid=os.getpid(),
+                registry=registry,
             )
             for w, (start, stop) in enumerate(slices)
         ]
@@ -97,12 +100,15 @@ class WorkerPool:
     # -- start-up ---------------------------------------------------------------------------------
 
     def collect_ready(self, deadline: float | None) -> list[tuple[Any, Any]]:
-        """Spaces reported by each worker once its envs exist; raises the first construction error."""
+        """``(observation_space, action_space)`` of every env, in env order, once all exist.
+
+        Raises the first construction error.
+        """
         replies = [self.recv(w, deadline, "env construction") for w in range(len(self.slices))]
         for reply in replies:
             if reply[0] == "error":
                 raise remote_error(reply[1])
-        return [(reply[1], reply[2]) for reply in replies]
+        return [env_spaces for reply in replies for env_spaces in reply[1]]
 
     def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
         """Create the segment, hand its descriptor to every worker, and close it once all have mapped it.
@@ -167,9 +173,24 @@ class WorkerPool:
             running = f"; env {int(self.buffers.progress[w])} was running"
         raise WorkerDiedError(
             f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{running}. "
-            "The vec env cannot continue; close() it and create a new one.",
+            "The vec env cannot continue; close() it and create a new one."
+            + self._start_up_hint(process.exitcode, during),
             envs,
             process.exitcode,
+        )
+
+    def _start_up_hint(self, exitcode: int | None, during: str) -> str:
+        """Why a worker that never reported may have died: the usual cause is a missing main guard."""
+        method = self.context.get_start_method()
+        if during != "env construction" or exitcode != 1 or method == "fork":
+            return ""
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
+        script = f" ({main})" if main else ""
+        return (
+            f"\n\nWith start_method={method!r}, each worker first re-imports the main script{script}. A script "
+            "that creates the vec env at module level makes every worker try to start workers of its own, and "
+            "they exit (the worker's stderr shows multiprocessing's 'bootstrapping phase' RuntimeError). Put the "
+            'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
         )
 
     def raise_timeout(self, workers: list[int], during: str) -> None:
@@ -251,18 +272,24 @@ def as_env_list(env_fns: Any) -> list[Any]:
     return fns
 
 
-def split_envs(num_envs: int, envs_per_worker: int | None, num_cores: int) -> list[tuple[int, int]]:
-    """Contiguous env slices, one per worker: ``envs_per_worker`` each, or spread over the cores."""
+def split_envs(
+    num_envs: int, envs_per_worker: int | None, num_cores: int, max_workers: int | None = None
+) -> list[tuple[int, int]]:
+    """Contiguous env slices, one per worker.
+
+    ``envs_per_worker`` each (the last worker takes what is left: 5 envs by 2 give 2, 2 and 1), or,
+    by default, spread as evenly as possible over the cores, and over at most ``max_workers``.
+    """
     if envs_per_worker is None:
-        workers = max(1, min(num_envs, num_cores))
+        workers = max(1, min(num_envs, num_cores, max_workers or num_envs))
         bounds = np.linspace(0, num_envs, workers + 1).round().astype(int)
         return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
     if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be a positive integer, got {envs_per_worker!r}")
-    if num_envs % envs_per_worker:
+    slices = [(s, min(s + int(envs_per_worker), num_envs)) for s in range(0, num_envs, int(envs_per_worker))]
+    if max_workers is not None and len(slices) > max_workers:
         raise ValueError(
-            f"envs_per_worker={envs_per_worker} does not divide num_envs={num_envs}; every worker must "
-            f"host the same number of envs (e.g. envs_per_worker="
-            f"{max(d for d in range(1, num_envs + 1) if num_envs % d == 0 and d <= envs_per_worker)})"
+            f"envs_per_worker={envs_per_worker} makes {len(slices)} workers for {num_envs} envs, more than "
+            f"max_concurrency={max_workers} allows; pass envs_per_worker >= {-(-num_envs // max_workers)}"
         )
-    return [(s, s + envs_per_worker) for s in range(0, num_envs, envs_per_worker)]
+    return slices

@@ -49,6 +49,9 @@ class ObservationSlots:
         self._mapping = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
         base = self._mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
+        if not first:  # every observation leaf is dynamic (pickled): nothing to lend
+            self._leaves, self._span, self._addresses, self._free = [], 0, [], []
+            return
         start = first[0].offset
         self._leaves = [(f.offset - start, f.nbytes, f.dtype, f.shape) for f in first]  # the same in every slot
         self._span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves

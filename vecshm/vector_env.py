@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import logger
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError
-from vecshm.protocol import AutoReset, CallOp, Command
+from vecshm.protocol import AutoReset, CallOp
 
 __all__ = ["ShmVectorEnv"]
 
@@ -59,8 +62,10 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         copy: bool = True,
         context: str | None = None,
         daemon: bool = True,
+        worker: Callable[..., None] | None = None,
         observation_mode: str | tuple[gym.Space, gym.Space] = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
         *,
         envs_per_worker: int | None = None,
         step_timeout: float | None = None,
@@ -74,7 +79,12 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self.closed = True  # until the engine is up
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
         self.copy = copy
+        self.context = context
+        self.daemon = daemon
+        self.observation_mode = observation_mode
         self.autoreset_mode = AutoresetMode(autoreset_mode)
+        _check_async_options(worker, observation_mode, max_concurrency)
+        self.max_concurrency = max_concurrency
         self._engine = Engine(
             list(env_fns),
             autoreset=_AUTORESET[self.autoreset_mode],
@@ -87,6 +97,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             cpu_affinity=cpu_affinity,
             pin_parent=pin_parent,
             limit_threads=limit_threads,
+            check_spaces=functools.partial(_check_spaces, observation_mode),
+            batch_dynamic=_batch_dynamic,
+            max_workers=max_concurrency,
         )
         self.closed = False
         self._state = _State.DEFAULT
@@ -136,7 +149,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             options = dict(options)
             mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
-        requests = [(s, options) if m else None for s, m in zip(seeds, mask)]
+        requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
         engine = self._engine
@@ -166,8 +179,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
         engine = self._engine
-        engine.write_actions(actions)
-        engine.submit(Command.STEP, engine.all_workers, engine.batch_slot_for(self.copy))
+        engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
@@ -205,7 +217,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "async_reset")
-        self._batches.reset([(s, options) for s in _seed_list(seed, self.num_envs)])
+        self._batches.reset([{"seed": s, "options": options} for s in _seed_list(seed, self.num_envs)])
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
@@ -233,7 +245,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "call_async")
         self._call = (name, args, kwargs)
@@ -244,6 +256,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._expect_pending(_State.WAITING_CALL, "call_wait", "call_async")
         name, args, kwargs = self._call
         self._state = _State.DEFAULT
+        if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -276,6 +290,14 @@ class ShmVectorEnv(gym.vector.VectorEnv):
     # -- lifecycle --------------------------------------------------------------------------------
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the workers; a pending call is waited for first (``timeout``), as AsyncVectorEnv does."""
+        timeout = 0 if terminate else timeout
+        if self._state is not _State.DEFAULT:
+            logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
+            try:
+                getattr(self, f"{self._state.value}_wait")(timeout)
+            except Exception:  # a failed or timed-out call: the workers are shut down below anyway
+                pass
         self._state = _State.DEFAULT
         self._engine.close()
 
@@ -305,14 +327,71 @@ class ShmVectorEnv(gym.vector.VectorEnv):
                 f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
             )
         if self._state is not state:
+            end = "" if call == "reset_async" else "."  # AsyncVectorEnv's messages, to the character
             raise AlreadyPendingCallError(
-                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete",
+                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete{end}",
                 str(self._state.value),
             )
 
     def _expect_pending(self, state: _State, call: str, opener: str) -> None:
         if self._state is not state:
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
+
+
+def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: Any) -> None:
+    """AsyncVectorEnv's argument checks, with its exception types and messages."""
+    if max_concurrency is not None:
+        if not isinstance(max_concurrency, (int, np.integer)):
+            raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
+        if max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
+    if worker is not None:
+        raise ValueError(
+            "ShmVectorEnv runs its own worker loop over shared memory, so a custom `worker` cannot be used; "
+            "use gymnasium.vector.AsyncVectorEnv for a custom worker, or wrap the envs instead"
+        )
+    if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
+        if not all(isinstance(space, gym.Space) for space in observation_mode):
+            raise TypeError(
+                "Expected both elements of observation_mode to be Spaces, "
+                f"got {type(observation_mode[0])} and {type(observation_mode[1])}"
+            )
+    elif observation_mode not in ("same", "different"):
+        raise ValueError(
+            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch observation "
+            f"space, actual got {observation_mode}"
+        )
+
+
+def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.Space]]) -> None:
+    """AsyncVectorEnv's ``_check_spaces``: every env's spaces against env 0's, same errors and messages."""
+    single_obs, single_action = env_spaces[0]
+    if isinstance(observation_mode, tuple):
+        single_obs = observation_mode[1]
+    for obs_space, _ in env_spaces:
+        same = (
+            single_obs == obs_space if observation_mode == "same" else is_space_dtype_shape_equiv(single_obs, obs_space)
+        )
+        if not same and observation_mode == "same":
+            raise RuntimeError(
+                "AsyncVectorEnv(..., observation_mode='same') however some of the sub-environments observation spaces "
+                "are not equivalent. If this is intentional, use `observation_mode='different'` instead."
+            )
+        if not same:
+            raise RuntimeError(
+                "AsyncVectorEnv(..., observation_mode='different' or custom space) however the sub-environment's "
+                "observation spaces do not share a common shape and dtype."
+            )
+    if not all(action_space == single_action for _, action_space in env_spaces):
+        raise RuntimeError(
+            f"Some environments have an action space different from `{single_action}`. "
+            "In order to batch actions, the action spaces from all environments must be equal."
+        )
+
+
+def _batch_dynamic(space: gym.Space, values: list[Any]) -> tuple[Any, ...]:
+    """Gymnasium's batch of a space without a fixed size (``concatenate`` gives a tuple of the items)."""
+    return tuple(values)
 
 
 def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:

@@ -30,9 +30,10 @@ from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
-from vecshm.layout import assemble, check_leaf_value, flatten
+from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
 from vecshm.memory import Segment
 from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.registry import adopt_registry
 from vecshm.sync import Doorbell, Spinner
 
 __all__ = ["WorkerSpec", "worker_main"]
@@ -66,6 +67,7 @@ class WorkerSpec:
     spin_seconds: float
     settings: dict[str, Any]
     parent_pid: int
+    registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.registry)
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -76,11 +78,11 @@ def worker_main(spec: WorkerSpec) -> None:
     _exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
+    adopt_registry(spec.registry)
     envs = _build_envs(spec)
     if envs is None:
         return
-    first = envs[0]
-    conn.send(("ready", first.observation_space, first.action_space))
+    conn.send(("ready", [(env.observation_space, env.action_space) for env in envs]))
     message = _recv_or_orphaned(conn, parent)
     if message is None or message[0] != "attach":
         _close_envs(envs)
@@ -203,10 +205,17 @@ class EnvRunner:
         self.conn = spec.conn
         self.obs_space = envs[0].observation_space
         self.action_space = envs[0].action_space
-        self.obs_leaves = buffers.spec.obs_leaves
-        self.single_obs_leaf = len(self.obs_leaves) == 1 and not isinstance(
-            self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple)
+        layout = buffers.spec
+        self.obs_leaves = layout.obs_leaves
+        self.obs_fixed = layout.obs_fixed
+        self.obs_dynamic = layout.obs_dynamic
+        self.action_dynamic = layout.action_dynamic
+        self.single_obs_leaf = (
+            len(self.obs_leaves) == 1
+            and not self.obs_dynamic
+            and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
         )
+        self.dynamic_actions: dict[int, list[Any]] = {}  # this step's pickled action leaves, by env index
         self.action_of = self._action_reader()
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
@@ -225,6 +234,8 @@ class EnvRunner:
         error: RemoteError | None = None
         try:
             if command is Command.STEP:
+                if self.action_dynamic:
+                    self.dynamic_actions = self.conn.recv()
                 self._step_all()
             else:
                 self._reset_all(self.conn.recv())
@@ -268,7 +279,7 @@ class EnvRunner:
                     obs, reward, term, trunc, info = env.step(self.action_of(index))
                     if term or trunc:
                         if self.autoreset is AutoReset.SAME_STEP:
-                            self._write_obs(b.final_obs, index, obs)
+                            self._write_obs(b.final_obs, index, obs, "final_obs")
                             self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
                             obs, info = env.reset()
                         elif self.autoreset is AutoReset.NEXT_STEP:
@@ -276,7 +287,7 @@ class EnvRunner:
                 rewards.append(reward)
                 terminated.append(term)
                 truncated.append(trunc)
-                self._write_obs(self.obs_target, index, obs)
+                self._write_obs(self.obs_target, index, obs, "obs")
                 self.last_obs[offset] = obs
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
             b.rewards[start:stop] = rewards
@@ -286,19 +297,35 @@ class EnvRunner:
             raise _EnvFailure(RemoteError(exc, index, "step")) from None
 
     def _action_reader(self) -> Callable[[int], Any]:
-        """A function from env index to that env's action, built once for the action space."""
-        arrays, action_leaves = self.buffers.actions, self.buffers.spec.action_leaves
-        if len(arrays) == 1 and not isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            array = arrays[0]
-            if action_leaves[0].shape == ():
-                return array.__getitem__  # a NumPy scalar: already a copy
-            return lambda index: array[index].copy()
+        """A function from env index to that env's action, built once for the action space.
+
+        Each row is read in the dtype the parent wrote it in (``action_codes``); leaves that are
+        not in shared memory come from this step's ``dynamic_actions``.
+        """
+        b = self.buffers
+        fixed, codes = b.spec.action_fixed, b.action_codes
+
+        def fixed_values(index: int) -> list[Any]:
+            row = codes[index]
+            return [
+                views[row[i]][index] if leaf.shape == () else views[row[i]][index].copy()
+                for i, (views, leaf) in enumerate(zip(b.actions, fixed))
+            ]
+
+        if len(fixed) == 1 and not self.action_dynamic and len(b.spec.action_leaves) == 1:
+            views, column = b.actions[0], codes[:, 0]
+            if fixed[0].shape == ():
+                return lambda index: views[column[index]][index]  # a NumPy scalar: already a copy
+            return lambda index: views[column[index]][index].copy()
+        if not self.action_dynamic:
+            return lambda index: assemble(self.action_space, fixed_values(index))
+        all_leaves = b.spec.action_leaves
         return lambda index: assemble(
-            self.action_space,
-            [a[index] if leaf.shape == () else a[index].copy() for a, leaf in zip(arrays, action_leaves)],
+            self.action_space, merge_leaves(all_leaves, fixed_values(index), self.dynamic_actions[index])
         )
 
-    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
+    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any, kind: str) -> None:
+        """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into the ``kind`` lane."""
         if self.single_obs_leaf:
             leaf = self.obs_leaves[0]
             if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
@@ -306,14 +333,23 @@ class EnvRunner:
                 return
         try:
             values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
-            for leaf, array, value in zip(self.obs_leaves, arrays, values):
+            if self.obs_dynamic:
+                dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
+                values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]
+            for leaf, array, value in zip(self.obs_fixed, arrays, values):
                 array[index] = check_leaf_value(leaf, value)
         except ValueError as exc:
             raise ObservationError(
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
             ) from None
+        if self.obs_dynamic:
+            b = self.buffers
+            lane = (
+                (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
+            )
+            self._write_blob(*lane, index, dynamic, kind)
 
-    def _reset_all(self, requests: list[tuple[Any, Any] | None]) -> None:
+    def _reset_all(self, requests: list[dict[str, Any] | None]) -> None:
         b = self.buffers
         index = self.start
         try:
@@ -321,19 +357,17 @@ class EnvRunner:
                 index = self.start + offset
                 if request is None:  # not part of a partial reset: its latest observation stays
                     if self.last_obs[offset] is not None:
-                        self._write_obs(self.obs_target, index, self.last_obs[offset])
+                        self._write_obs(self.obs_target, index, self.last_obs[offset], "obs")
                     continue
                 b.progress[self.spec.index] = index
-                seed, options = request
-                kwargs = {"seed": seed} if options is None else {"seed": seed, "options": options}
-                obs, info = env.reset(**kwargs)
+                obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
                 self.needs_reset[offset] = False
                 self.last_obs[offset] = obs
                 b.rewards[index] = 0.0
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY
-                self._write_obs(self.obs_target, index, obs)
+                self._write_obs(self.obs_target, index, obs, "obs")
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
         except Exception as exc:
             raise _EnvFailure(RemoteError(exc, index, "reset")) from None
@@ -342,10 +376,14 @@ class EnvRunner:
         if not info:
             lengths[index] = INFO_EMPTY
             return
+        self._write_blob(lengths, arena, index, info, kind)
+
+    def _write_blob(self, lengths: np.ndarray, arena: np.ndarray, index: int, value: Any, kind: str) -> None:
+        """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
         try:
-            blob = pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
-            blob = cloudpickle.dumps(info)
+            blob = cloudpickle.dumps(value)
         if len(blob) <= arena.shape[1]:
             arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
             lengths[index] = len(blob)

@@ -12,7 +12,7 @@ import numpy as np
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.protocol import AutoReset, CallOp, Command
+from vecshm.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 __all__ = ["ShmVecEnv"]
@@ -105,8 +105,7 @@ class ShmVecEnv(VecEnv):
         if self._batches.active:
             raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
         engine = self._engine
-        engine.write_actions(actions)
-        engine.submit(Command.STEP, engine.all_workers, engine.batch_slot_for(self.copy))
+        engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -117,11 +116,15 @@ class ShmVecEnv(VecEnv):
             self._engine.collect(self._engine.all_workers, "step")
         finally:
             self.waiting = False
-        obs, rewards, terminated, truncated, infos, self.reset_infos = self._results(None)
+        obs, rewards, terminated, truncated, infos = self._results(None)
         return obs, rewards, terminated | truncated, infos
 
-    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list, list]:
-        """SB3-shaped results of the last command for ``env_ids`` (None: every env)."""
+    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
+        """SB3-shaped results of the last command for ``env_ids`` (None: every env).
+
+        ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
+        env's next reset, as in SB3's DummyVecEnv.
+        """
         b = self._engine.buffers
         rows = slice(None) if env_ids is None else env_ids
         ids = self._all_envs if env_ids is None else env_ids.tolist()
@@ -131,13 +134,12 @@ class ShmVecEnv(VecEnv):
         for info, done in zip(infos, dones.tolist()):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
-        reset_infos: list[dict[str, Any]] = [{} for _ in ids]
         ended = np.flatnonzero(dones).tolist() if dones.any() else []
         for k, step_info in zip(ended, self._engine.infos([ids[k] for k in ended], "final")):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             step_info["terminal_observation"] = self._engine.final_observation(i)
-            reset_infos[k] = infos[k]
+            self.reset_infos[i] = infos[k]
             infos[k] = step_info
         if self._engine.restarted_envs:
             restarted = set(self._engine.restarted_envs)
@@ -145,7 +147,7 @@ class ShmVecEnv(VecEnv):
                 if i in restarted:
                     infos[k]["worker_restarted"] = True
         rewards = b.rewards[rows].astype(np.float32)
-        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos, reset_infos
+        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -173,9 +175,7 @@ class ShmVecEnv(VecEnv):
         """
         self._engine.check_usable()
         env_ids = self._batches.recv()
-        obs, rewards, terminated, truncated, infos, reset_infos = self._results(env_ids)
-        for i, info in zip(env_ids.tolist(), reset_infos):
-            self.reset_infos[i] = info
+        obs, rewards, terminated, truncated, infos = self._results(env_ids)
         self._last_batch = env_ids
         return obs, rewards, terminated, truncated, infos, env_ids
 
@@ -193,8 +193,12 @@ class ShmVecEnv(VecEnv):
         self._reset_options()
         return self._engine.observations(None, self.copy)
 
-    def _reset_requests(self) -> list[tuple[Any, Any]]:
-        return [(seed, options or None) for seed, options in zip(self._seeds, self._options)]
+    def _reset_requests(self) -> list[dict[str, Any]]:
+        """Each env's ``reset`` keywords, as SubprocVecEnv passes them (``options`` only when non-empty)."""
+        return [
+            {"seed": seed, "options": options} if options else {"seed": seed}
+            for seed, options in zip(self._seeds, self._options)
+        ]
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -40,7 +40,11 @@ def test_render_tiles_rgb_arrays_like_sb3(venv):
     assert big.shape == (3 * 4, 2 * 6, 3)
     assert np.array_equal(big, tile_images(images))
     assert venv.render_mode == "rgb_array"
-    assert venv.metadata["render_modes"] == ["human", "rgb_array"] or "render_modes" in venv.metadata
+    # SB3: SubprocVecEnv keeps what VecEnv's base sets for rgb_array; DummyVecEnv takes the env's own metadata
+    expected = (
+        venv.get_attr("metadata")[0] if isinstance(venv, DummyVecEnv) else {"render_modes": ["human", "rgb_array"]}
+    )
+    assert venv.metadata == expected
 
 
 def test_basic_attributes(venv):
@@ -49,7 +53,9 @@ def test_basic_attributes(venv):
     assert venv.unwrapped is venv
     assert venv.observation_space == gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     assert venv.action_space == gym.spaces.Discrete(3)
-    assert venv.getattr_depth_check("num_envs", already_found=True) is not None
+    assert venv.getattr_depth_check("num_envs", already_found=True) == f"{type(venv).__module__}.{type(venv).__name__}"
+    assert venv.getattr_depth_check("num_envs", already_found=False) is None
+    assert venv.getattr_depth_check("no_such_attribute", already_found=True) is None
 
 
 def test_tile_images_pads_to_a_near_square_grid():

@@ -94,7 +94,7 @@ def test_results_outlive_close_and_the_mapping_goes_with_them():
 
 def test_partial_reset_returns_the_whole_batch_in_a_fresh_slot():
     """A reset_mask resets some envs; the others' latest observations are in the new batch too."""
-    fns = [make_space_env("box_f32", tag=i) for i in range(4)]
+    fns = [make_space_env("frame_u8", tag=i) for i in range(4)]  # 400 KiB batches: above the lending threshold
     rng = np.random.default_rng(1)
     with ShmVectorEnv(fns, envs_per_worker=2) as ours:
         reference = SyncVectorEnv(fns)
@@ -110,6 +110,7 @@ def test_partial_reset_returns_the_whole_batch_in_a_fresh_slot():
             assert_tree_equal(partial, reference.reset(options={"reset_mask": mask}))
             partial = partial[0]
             assert_tree_equal(partial[~mask], kept[-1][~mask], "kept envs")
+            assert not partial.flags.owndata, "the batch must be lent (a view of a slot), or the next check is empty"
             assert not any(np.shares_memory(partial, k) for k in kept)
         finally:
             reference.close()

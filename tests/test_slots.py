@@ -19,7 +19,7 @@ def in_segment_mapping(address: int) -> bool:
         for line in maps:
             low, high = (int(x, 16) for x in line.split()[0].split("-"))
             if low <= address < high:
-                return "memfd:vecshm" in line
+                return "memfd:vecshm" in line or "/psm_" in line  # native memfd, or the portable shared_memory block
     return False
 
 

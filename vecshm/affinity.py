@@ -112,8 +112,14 @@ def _auto_cores(num_workers: int) -> list[list[int]]:
     return [[order[w % len(order)]] for w in range(num_workers)]
 
 
+def _require_pinning(what: str) -> None:
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError(f"{what}: core pinning needs os.sched_setaffinity (Linux); pass None on this platform")
+
+
 def check_cores(cores: Any, what: str) -> list[int]:
     """``cores`` as a list of allowed core ids; ``ValueError`` naming the bad ones otherwise."""
+    _require_pinning(what)
     values = [int(cores)] if isinstance(cores, int) or hasattr(cores, "__index__") else [int(c) for c in cores]
     allowed = usable_cores()
     bad = sorted(set(values) - set(allowed))
@@ -130,6 +136,7 @@ def plan_worker_cores(cpu_affinity: Any, num_workers: int) -> list[list[int] | N
     """
     if cpu_affinity is None:
         return [None] * num_workers
+    _require_pinning("cpu_affinity")
     if isinstance(cpu_affinity, str):
         if cpu_affinity != "auto":
             raise ValueError(f"cpu_affinity must be None, 'auto' or a list of cores, got {cpu_affinity!r}")

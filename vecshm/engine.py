@@ -8,12 +8,10 @@ short, bounded spin) while watching worker sentinels and the optional deadline.
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import pickle
 import platform
-import select
 import time
 import warnings
 import weakref
@@ -39,7 +37,8 @@ from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.registry import snapshot_registry
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
-from vecshm.sync import Spinner
+from vecshm.sync import DoneWatch, Spinner
+from vecshm.transport import choose_transport
 
 __all__ = ["Engine", "EngineState", "default_start_method"]
 
@@ -144,7 +143,13 @@ class Engine:
         self.restart_workers = on_worker_failure == "restart"
         self.restarts: dict[int, int] = {}
         self.restarted_envs: list[int] = []
+        if getattr(mp.current_process(), "_inheriting", False):
+            raise RuntimeError(
+                "a vec env is being created while this process starts up as a worker: the main script creates "
+                'it at module level. Put that code under `if __name__ == "__main__":`.'
+            )
         fns = as_env_list(env_fns)
+        self.transport = choose_transport()
         parent_cores = None if pin_parent is None else check_cores(pin_parent, "pin_parent")
         context = _context(start_method)
         if timeout is not None and not timeout > 0:
@@ -175,6 +180,7 @@ class Engine:
             daemon=daemon,
             spin_seconds=self.spin_seconds,
             worker_settings=settings,
+            transport=self.transport,
             registry=b"" if self.start_method == "fork" else snapshot_registry(),
         )
         self._finalizer = weakref.finalize(self, self.pool.shutdown)
@@ -208,11 +214,8 @@ class Engine:
         ]
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
         self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
-        self._poller = select.poll()
-        self._poller.register(self.pool.done_bell.fd, select.POLLIN)
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
-        for fd in self._sentinels:
-            self._poller.register(fd, select.POLLIN)
+        self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
 
     def _spin_budget(self, spin: float | None) -> float:
         """Longest busy-wait before sleeping, for the parent and each worker (the spinners adapt below it)."""
@@ -237,7 +240,6 @@ class Engine:
 
     def close(self) -> None:
         self.state = EngineState.CLOSED
-        self._poller = None
         if hasattr(self, "slots"):
             self.slots.close()
         self._finalizer()
@@ -365,18 +367,13 @@ class Engine:
             return finished()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            timeout_ms = None
-            if deadline is not None:
-                timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
-            events = self._poller.poll(timeout_ms)
+            ended = self._watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             self.pool.done_bell.take()
             done = finished()
             if len(done) >= need:
                 self._spinner.record(time.perf_counter() - started)
                 return done
-            for fd, _ in events:
-                if fd not in self._sentinels:
-                    continue
+            for fd in ended:
                 w = self._sentinels[fd]
                 if not (self.restart_workers and during in ("step", "reset")):
                     self.pool.raise_died(w, during)
@@ -400,7 +397,7 @@ class Engine:
             RuntimeWarning,
             stacklevel=4,
         )
-        self._poller.unregister(process.sentinel)
+        self._watch.remove(process.sentinel)
         del self._sentinels[process.sentinel]
         b = self.buffers
         last = b.obs_slots[self.previous_slot[w]]
@@ -411,7 +408,7 @@ class Engine:
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
-        self._poller.register(sentinel, select.POLLIN)
+        self._watch.add(sentinel)
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
         self.restarted_envs += list(range(start, stop))
 

@@ -15,10 +15,12 @@ import os
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Field", "SegmentPlan", "Segment"]
+__all__ = ["Field", "SegmentPlan", "Segment", "NamedSegment"]
 
 ALIGNMENT = 64  # one cache line: no two arrays share a line, so no false sharing between writers
 
@@ -100,3 +102,78 @@ class Segment:
             # map, and it is unmapped when the last of them goes.
             pass
         self.buffer = None
+
+
+class NamedSegment:
+    """The portable segment: a ``multiprocessing.shared_memory`` block, found by workers by its name.
+
+    Same interface as :class:`Segment`, with the name in place of the descriptor: ``release_fd``
+    unlinks the name once every worker has mapped the block (nothing can join after that), and
+    multiprocessing's resource tracker unlinks it should the creator die before.
+    """
+
+    def __init__(self, size: int, name: str | None = None) -> None:
+        self.size = size
+        if name is None:
+            self._shm = _SharedMemory(create=True, size=size)
+        else:
+            self._shm = _attach_untracked(name)
+        self.name: str | None = self._shm.name
+        self._owner = name is None
+        self.buffer: memoryview | None = self._shm.buf
+        self.fd = None
+
+    @classmethod
+    def attach(cls, name: str, size: int) -> NamedSegment:
+        """Map a segment the creator made; only the creator unlinks it."""
+        return cls(size, name)
+
+    def release_fd(self) -> None:
+        if self._owner and self.name is not None:
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+        self.name = None
+
+    def close(self) -> None:
+        self.release_fd()
+        if self.buffer is None:
+            return
+        self.buffer = None
+        shm, self._shm = self._shm, None
+        try:
+            shm.close()
+        except BufferError:
+            # Arrays handed out still view the block; dropping our object leaves the mapping to
+            # them, and it is unmapped when the last of them goes.
+            pass
+
+
+class _SharedMemory(shared_memory.SharedMemory):
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, BufferError):
+            pass  # lent arrays still view the block: the mapping goes with the last of them
+
+
+def _attach_untracked(name: str) -> Any:
+    """Attach without registering with the resource tracker, which the creator already did.
+
+    Workers share the creator's tracker; a second registration followed by the worker's exit would
+    unlink the block (and warn) behind the creator's back. Python 3.13 has ``track=False`` for this;
+    before it, registration is skipped while attaching (the worker is single-threaded here).
+    """
+    from multiprocessing import resource_tracker
+
+    try:
+        return _SharedMemory(name=name, track=False)  # type: ignore[call-arg]
+    except TypeError:
+        pass
+    register = resource_tracker.register
+    resource_tracker.register = lambda name, rtype: None if rtype == "shared_memory" else register(name, rtype)
+    try:
+        return _SharedMemory(name=name)
+    finally:
+        resource_tracker.register = register

@@ -21,9 +21,10 @@ import numpy as np
 
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
-from vecshm.memory import Segment
+from vecshm.memory import NamedSegment, Segment
 from vecshm.protocol import AutoReset, Command
-from vecshm.sync import Doorbell
+from vecshm.sync import new_doorbell
+from vecshm.transport import Transport
 from vecshm.worker import WorkerSpec, worker_main
 
 __all__ = ["WorkerPool", "describe_exit"]
@@ -55,17 +56,19 @@ class WorkerPool:
         daemon: bool,
         spin_seconds: float,
         worker_settings: list[dict[str, Any]],
+        transport: Transport,
         registry: bytes = b"",
     ) -> None:
         self.slices = slices
         self.context = context
+        self.transport = transport
         self.specs = [
             WorkerSpec(
                 index=w,
                 env_start=start,
                 env_fns=cloudpickle.dumps(env_fns[start:stop]),
                 conn=None,  # type: ignore[arg-type]  (set per process start)
-                doorbell=Doorbell(),
+                doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
                 autoreset=autoreset,
                 spin_seconds=spin_seconds,
@@ -76,12 +79,12 @@ class WorkerPool:
             for w, (start, stop) in enumerate(slices)
         ]
         self.daemon = daemon
-        self.doorbells: list[Doorbell] = [spec.doorbell for spec in self.specs]
-        self.done_bell = Doorbell()
+        self.doorbells = [spec.doorbell for spec in self.specs]
+        self.done_bell = new_doorbell(transport)
         self.processes: list[Any] = [None] * len(slices)
         self.conns: list[Connection] = [None] * len(slices)  # type: ignore[list-item]
         self.buffers: Buffers | None = None
-        self.segment: Segment | None = None
+        self.segment: Segment | NamedSegment | None = None
         self.stuck: set[int] = set()
         self.closed = False
         for w in range(len(slices)):
@@ -116,7 +119,8 @@ class WorkerPool:
         ``keep_fd`` keeps the descriptor so that a restarted worker can map the segment too.
         """
         self.buffer_spec = spec
-        self.segment = Segment(spec.plan().size)
+        size = spec.plan().size
+        self.segment = Segment(size) if self.transport.native else NamedSegment(size)
         for w in range(len(self.slices)):
             self._send_segment(w)
         for w in range(len(self.slices)):
@@ -127,7 +131,11 @@ class WorkerPool:
         return self.buffers
 
     def _send_segment(self, w: int) -> None:
-        self.conns[w].send(("attach", self.buffer_spec))
+        """Tell worker ``w`` where the segment is: its descriptor (native) or its name (portable)."""
+        if isinstance(self.segment, NamedSegment):
+            self.conns[w].send(("attach", self.buffer_spec, self.segment.name))
+            return
+        self.conns[w].send(("attach", self.buffer_spec, None))
         reduction.send_handle(self.conns[w], self.segment.fd, self.processes[w].pid)
 
     def restart(self, w: int, deadline: float | None) -> None:

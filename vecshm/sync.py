@@ -3,20 +3,28 @@
 A :class:`Doorbell` is a Linux ``eventfd``: a counter in the kernel that one side increments and
 the other reads (and clears) in one system call, and that ``poll`` can watch together with worker
 process sentinels. Like a memfd it has no name, so nothing is left behind when a process dies.
+Elsewhere (see :mod:`vecshm.transport`) a :class:`SocketDoorbell` does the same with a socket
+pair, which ``select`` and ``multiprocessing.connection.wait`` watch on every platform.
 The doorbell only wakes; the truth (which command, which worker finished) lives in the shared
 control words, written before the bell rings.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import select
+import socket
 import time
 from collections.abc import Callable
-from multiprocessing import reduction
+from multiprocessing import connection, reduction
 from typing import Any
 
-__all__ = ["Doorbell", "Spinner", "spin_for"]
+from vecshm.transport import Transport
+
+__all__ = ["Doorbell", "SocketDoorbell", "new_doorbell", "DoneWatch", "Spinner", "spin_for"]
+
+_yield_core: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
 class Doorbell:
@@ -24,6 +32,10 @@ class Doorbell:
 
     def __init__(self, fd: int | None = None) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
+
+    @property
+    def waitable(self) -> int:
+        return self.fd
 
     def ring(self) -> None:
         os.eventfd_write(self.fd, 1)
@@ -56,6 +68,91 @@ class Doorbell:
 
 def _rebuild_doorbell(dup: Any) -> Doorbell:
     return Doorbell(dup.detach())
+
+
+class SocketDoorbell:
+    """The portable doorbell: one byte per ring on a socket pair (pickled into children by multiprocessing)."""
+
+    def __init__(self) -> None:
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+
+    @property
+    def fd(self) -> int:
+        return self._reader.fileno()
+
+    @property
+    def waitable(self) -> socket.socket:
+        return self._reader  # connection.wait takes a socket (not its number) on Windows
+
+    def ring(self) -> None:
+        try:
+            self._writer.send(b"\x01")
+        except (BlockingIOError, InterruptedError):
+            pass  # the buffer is full of rings the owner has not taken yet: it will wake anyway
+
+    def take(self) -> int:
+        rings = 0
+        while True:
+            try:
+                chunk = self._reader.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return rings
+            if not chunk:
+                return rings
+            rings += len(chunk)
+
+    def wait(self, timeout: float | None) -> int:
+        rings = self.take()
+        if rings:
+            return rings
+        select.select([self._reader], [], [], timeout)
+        return self.take()
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
+
+
+def new_doorbell(transport: Transport) -> Doorbell | SocketDoorbell:
+    return Doorbell() if transport.native else SocketDoorbell()
+
+
+class DoneWatch:
+    """The parent's blocking wait: until the done bell rings or a watched worker process ends.
+
+    ``wait`` returns the sentinels of processes that ended. Native: one ``poll`` object kept
+    across waits; portable: ``multiprocessing.connection.wait``, which works on every platform.
+    """
+
+    def __init__(self, transport: Transport, bell: Doorbell | SocketDoorbell, sentinels: list[int]) -> None:
+        self._bell = bell
+        self._sentinels = set(sentinels)
+        self._poll = select.poll() if transport.native else None
+        if self._poll is not None:
+            self._poll.register(bell.fd, select.POLLIN)
+            for sentinel in sentinels:
+                self._poll.register(sentinel, select.POLLIN)
+
+    def add(self, sentinel: int) -> None:
+        self._sentinels.add(sentinel)
+        if self._poll is not None:
+            self._poll.register(sentinel, select.POLLIN)
+
+    def remove(self, sentinel: int) -> None:
+        self._sentinels.discard(sentinel)
+        if self._poll is not None:
+            self._poll.unregister(sentinel)
+
+    def wait(self, timeout: float | None) -> list[int]:
+        """Block up to ``timeout`` seconds (None: no limit); the ended processes' sentinels."""
+        if self._poll is not None:
+            timeout_ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+            ready = [fd for fd, _ in self._poll.poll(timeout_ms)]
+        else:
+            ready = connection.wait([self._bell.waitable, *self._sentinels], timeout)
+        return [fd for fd in ready if fd in self._sentinels]
 
 
 class Spinner:
@@ -95,4 +192,4 @@ def spin_for(predicate: Callable[[], bool], budget: float) -> bool:
             return True
         if time.perf_counter() >= deadline:
             return False
-        os.sched_yield()
+        _yield_core()

@@ -31,10 +31,10 @@ from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
-from vecshm.memory import Segment
+from vecshm.memory import NamedSegment, Segment
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.registry import adopt_registry
-from vecshm.sync import Doorbell, Spinner
+from vecshm.sync import Doorbell, SocketDoorbell, Spinner
 
 __all__ = ["WorkerSpec", "worker_main"]
 
@@ -61,8 +61,8 @@ class WorkerSpec:
     env_start: int
     env_fns: bytes
     conn: Connection
-    doorbell: Doorbell
-    done_bell: Doorbell
+    doorbell: Doorbell | SocketDoorbell
+    done_bell: Doorbell | SocketDoorbell
     autoreset: AutoReset
     spin_seconds: float
     settings: dict[str, Any]
@@ -88,8 +88,9 @@ def worker_main(spec: WorkerSpec) -> None:
         _close_envs(envs)
         return
     buffer_spec: BufferSpec = message[1]
-    fd = reduction.recv_handle(conn)
-    segment = Segment.attach(fd, buffer_spec.plan().size)
+    name: str | None = message[2]
+    size = buffer_spec.plan().size
+    segment = Segment.attach(reduction.recv_handle(conn), size) if name is None else NamedSegment.attach(name, size)
     buffers = Buffers(buffer_spec, segment)
     # Commands start after "attached" reaches the parent; a restarted worker must not replay the
     # command its predecessor died in, so the first command to serve is the next one.

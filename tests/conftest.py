@@ -38,6 +38,41 @@ SPACES: dict[str, spaces.Space] = {
     ),
 }
 
+
+class CoinSpace(spaces.Space):
+    """A user's own space, as Gymnasium allows: "heads" or "tails", with no shape or dtype."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(None, None, seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        return "heads" if self.np_random.random() < 0.5 else "tails"
+
+    def contains(self, x: Any) -> bool:
+        return x in ("heads", "tails")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CoinSpace)
+
+
+# Spaces without a fixed size: AsyncVectorEnv(shared_memory=False) takes them, and so must vecshm.
+DYNAMIC_SPACES: dict[str, spaces.Space] = {
+    "text": spaces.Text(min_length=1, max_length=6),
+    "sequence": spaces.Sequence(spaces.Box(-1, 1, (2,), np.float32)),
+    "sequence_stacked": spaces.Sequence(spaces.Discrete(4), stack=True),
+    "graph": spaces.Graph(node_space=spaces.Box(-1, 1, (3,), np.float32), edge_space=spaces.Discrete(2)),
+    "oneof": spaces.OneOf((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32))),
+    "custom": CoinSpace(),
+    "mixed": spaces.Dict(
+        {
+            "text": spaces.Text(4),
+            "img": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+            "pair": spaces.Tuple((spaces.Sequence(spaces.Discrete(3)), spaces.Discrete(2))),
+        }
+    ),
+}
+SPACES.update({f"dyn_{key}": space for key, space in DYNAMIC_SPACES.items()})
+
 ACTION_SPACES: dict[str, spaces.Space] = {
     "discrete": spaces.Discrete(3),
     "box": spaces.Box(-1.0, 1.0, (2,), np.float32),

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from conftest import assert_tree_equal, make_space_env
 from gymnasium.vector import SyncVectorEnv
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-from vecshm import AlreadyPendingCallError, DummyVecEnv, ShmVecEnv, ShmVectorEnv
+from vecshm import AlreadyPendingCallError, ShmVecEnv, ShmVectorEnv
 
 N_ENVS = 6
 STEPS = 120
@@ -64,7 +65,7 @@ def test_sb3_batches_match_a_synchronous_run(no_leaks):
                 histories[int(i)].append((obs[k], rewards[k], terminated[k] | truncated[k], terminal))
             venv.send(np.array([action(i, len(histories[int(i)]) - 1) for i in env_ids]), env_ids)
         venv.recv()
-    reference = DummyVecEnv(fns())
+    reference = SB3DummyVecEnv(fns())
     reference.seed(4)
     obs = reference.reset()
     expected = {i: [(obs[i], 0.0, False, None)] for i in range(N_ENVS)}

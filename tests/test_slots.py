@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import gc
+from contextlib import closing
 
 import numpy as np
 import pytest
 from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
 from gymnasium.vector import SyncVectorEnv
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-from vecshm import DummyVecEnv, ShmVecEnv, ShmVectorEnv, slots
+from vecshm import ShmVecEnv, ShmVectorEnv, slots
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS
 
 
@@ -27,14 +29,14 @@ def first_address(obs: np.ndarray) -> int:
     return obs.__array_interface__["data"][0]
 
 
-@pytest.mark.parametrize("obs_key", ["frame_u8", "nested"])
+@pytest.mark.parametrize("obs_key", ["frame_u8", "dict_img"])
 def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
-    monkeypatch.setattr(slots, "LEND_MIN_BYTES", 0)  # lend even the small nested observations
+    monkeypatch.setattr(slots, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []
-    with ShmVecEnv(fns, envs_per_worker=2) as venv, DummyVecEnv(fns) as reference:
+    with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         venv.seed(2)
         reference.seed(2)
         held.append(venv.reset())
@@ -45,7 +47,7 @@ def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypat
             expected.append(reference.step(actions)[0])
         for t, (ours, theirs) in enumerate(zip(held, expected)):
             assert_tree_equal(ours, theirs, f"batch {t}")
-        first_leaf = held[1] if obs_key == "frame_u8" else held[1]["b"]
+        first_leaf = held[1] if obs_key == "frame_u8" else held[1]["img"]
         assert in_segment_mapping(first_address(first_leaf)), "the first batches must have been lent"
 
 
@@ -77,7 +79,7 @@ def test_a_dropped_batch_gives_its_slot_back():
 
 def test_results_outlive_close_and_the_mapping_goes_with_them():
     fns = [make_space_env("frame_u8") for _ in range(2)]
-    with ShmVecEnv(fns) as venv, DummyVecEnv(fns) as reference:
+    with ShmVecEnv(fns) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         venv.seed(4)
         reference.seed(4)
         obs = venv.reset()

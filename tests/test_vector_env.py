@@ -7,10 +7,10 @@ import multiprocessing
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
+from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions
 from faulty_envs import faulty, healthy
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from vecshm import ShmVectorEnv, WorkerError
 
@@ -33,8 +33,11 @@ def lockstep(ours, reference, steps: int, seed: int = 0) -> None:
         reference._done = b[2] | b[3]
 
 
+DYNAMIC_KEYS = [key for key in SPACES if key.startswith("dyn_")]
+
+
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-@pytest.mark.parametrize("obs_key", ["box_f32", "discrete", "nested", "frame_u8"])
+@pytest.mark.parametrize("obs_key", ["box_f32", "discrete", "nested", "frame_u8", *DYNAMIC_KEYS])
 def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     ours = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2)
@@ -48,6 +51,30 @@ def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
     finally:
         ours.close()
         reference.close()
+
+
+@pytest.mark.parametrize("obs_key", DYNAMIC_KEYS)
+def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(obs_key, no_leaks):
+    """Where AsyncVectorEnv needs shared_memory=False (spaces without a fixed size), vecshm matches it."""
+    fns = [make_space_env(obs_key, tag=i) for i in range(3)]
+    ours = ShmVectorEnv(fns, envs_per_worker=2)
+    reference = AsyncVectorEnv(fns, shared_memory=False)
+    try:
+        assert ours.observation_space == reference.observation_space
+        lockstep(ours, reference, steps=25)
+    finally:
+        ours.close()
+        reference.close()
+
+
+def test_shared_memory_true_does_not_refuse_what_async_vector_env_refuses():
+    """AsyncVectorEnv(shared_memory=True) refuses Text or Sequence; vecshm shares the fixed leaves, pickles the rest."""
+    fns = [make_space_env("dyn_mixed", tag=i) for i in range(2)]
+    with pytest.raises((TypeError, ValueError), match="shared.memory"):
+        AsyncVectorEnv(fns, shared_memory=True)
+    with ShmVectorEnv(fns, shared_memory=True) as ours:
+        obs, _ = ours.reset(seed=0)
+        assert obs["img"].shape == (2, 8, 8, 3) and isinstance(obs["text"], tuple)
 
 
 def test_calls_attributes_and_render():

@@ -368,6 +368,8 @@ def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.S
     single_obs, single_action = env_spaces[0]
     if isinstance(observation_mode, tuple):
         single_obs = observation_mode[1]
+    elif observation_mode == "different":
+        batch_differing_spaces([obs for obs, _ in env_spaces])  # AsyncVectorEnv's first check there: ValueError
     for obs_space, _ in env_spaces:
         same = (
             single_obs == obs_space if observation_mode == "same" else is_space_dtype_shape_equiv(single_obs, obs_space)

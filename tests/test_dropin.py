@@ -1,0 +1,331 @@
+"""Drop-in behaviour, each checked against the peer class itself (AsyncVectorEnv, SubprocVecEnv).
+
+Errors and their messages, warnings, action dtypes, reset keywords, space checks, and the
+cases where the peers fail their users and vecshm must not (env ids registered in ``main()``, a
+script without a main guard, a platform without eventfd/memfd).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+from contextlib import closing
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from conftest import assert_tree_equal, process_alive
+from dropin_envs import EchoEnv, SleepEnv, StrictResetEnv, echo
+from gymnasium import spaces
+from gymnasium.error import NoAsyncCallError
+from gymnasium.vector import AsyncVectorEnv
+from stable_baselines3.common.vec_env import SubprocVecEnv
+
+from vecshm import ShmVecEnv, ShmVectorEnv
+
+ZEROS = np.zeros(2, dtype=np.float32)
+PENDING = {
+    None: lambda env: None,
+    "reset": lambda env: env.reset_async(),
+    "step": lambda env: env.step_async(ZEROS),
+    "call": lambda env: env.call_async("render_mode"),
+}
+OPERATIONS = {
+    "reset_async": lambda env: env.reset_async(),
+    "step_async": lambda env: env.step_async(ZEROS),
+    "call_async": lambda env: env.call_async("render_mode"),
+    "set_attr": lambda env: env.set_attr("extra", 1),
+    "reset_wait": lambda env: env.reset_wait(),
+    "step_wait": lambda env: env.step_wait(),
+    "call_wait": lambda env: env.call_wait(),
+}
+
+
+def outcome(env: Any, pending: str | None, operation: str) -> BaseException | None:
+    """Start ``pending``, try ``operation``, then finish whatever is still pending; the error raised, if any."""
+    PENDING[pending](env)
+    error = None
+    try:
+        OPERATIONS[operation](env)
+    except Exception as exc:
+        error = exc
+    for wait in ("reset_wait", "step_wait", "call_wait"):
+        try:
+            getattr(env, wait)()
+        except NoAsyncCallError:
+            pass
+    return error
+
+
+def test_out_of_order_calls_raise_what_async_vector_env_raises():
+    ours, reference = ShmVectorEnv([EchoEnv] * 2), AsyncVectorEnv([EchoEnv] * 2)
+    try:
+        ours.reset()
+        reference.reset()
+        for pending in PENDING:
+            for operation in OPERATIONS:
+                expected, got = outcome(reference, pending, operation), outcome(ours, pending, operation)
+                where = f"{operation} while {pending or 'idle'}"
+                if expected is None:
+                    assert got is None, f"{where}: vecshm raised {got!r}, AsyncVectorEnv did not"
+                    continue
+                assert isinstance(got, type(expected)), f"{where}: {got!r} is not a {type(expected).__name__}"
+                assert str(got) == str(expected), f"{where}: message differs"
+    finally:
+        ours.close()
+        reference.close()
+
+
+@pytest.mark.parametrize("pending", ["reset", "step", "call"])
+def test_close_with_a_pending_call_warns_as_async_vector_env(pending, no_leaks):
+    messages = []
+    for cls in (AsyncVectorEnv, ShmVectorEnv):
+        env = cls([EchoEnv] * 2)
+        env.reset()
+        PENDING[pending](env)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env.close()
+        messages.append([str(w.message) for w in caught])
+    assert messages[0] and messages[1] == messages[0]
+
+
+@pytest.mark.parametrize("name", ["reset", "step", "close", "_setattr", "_check_spaces"])
+def test_call_refuses_the_names_async_vector_env_refuses(name):
+    # a fresh AsyncVectorEnv each time: after an error it has closed the failing worker's pipe
+    with ShmVectorEnv([EchoEnv] * 2) as ours, closing(AsyncVectorEnv([EchoEnv] * 2)) as reference:
+        with pytest.raises(ValueError) as expected:
+            reference.call(name)
+        with pytest.raises(ValueError) as got:
+            ours.call(name)
+        assert str(got.value) == str(expected.value)
+        assert ours.call("render_mode") == (None, None)  # a refused name does not break vecshm
+
+
+def test_a_scalar_action_is_a_type_error_in_both_facades():
+    with ShmVectorEnv([EchoEnv] * 2) as ours, closing(AsyncVectorEnv([EchoEnv] * 2)) as reference:
+        for env in (reference, ours):
+            env.reset()
+            with pytest.raises(TypeError):
+                env.step(np.float64(0.5))
+            env.step(ZEROS)  # still usable, as AsyncVectorEnv is
+    with ShmVecEnv([EchoEnv] * 2) as venv:
+        venv.reset()
+        with pytest.raises(TypeError, match="one action per env"):
+            venv.step(np.float64(0.5))
+        venv.step(ZEROS)
+
+
+ACTION_BATCHES = {
+    "float64": np.array([0.5, -0.25]),
+    "float32": np.array([0.5, -0.25], dtype=np.float32),
+    "float16": np.array([0.5, -0.25], dtype=np.float16),
+    "int32": np.array([1, 0], dtype=np.int32),
+}
+
+
+def test_actions_reach_the_env_in_the_callers_dtype_as_in_async_vector_env():
+    with ShmVectorEnv([EchoEnv] * 2) as ours, closing(AsyncVectorEnv([EchoEnv] * 2)) as reference:
+        ours.reset()
+        reference.reset()
+        for name, actions in ACTION_BATCHES.items():
+            assert_tree_equal(ours.step(actions)[4], reference.step(actions)[4], name)
+
+
+def test_actions_reach_the_env_in_the_callers_dtype_as_in_subproc_vec_env():
+    fns = [echo(action_space=spaces.Discrete(3)), echo(action_space=spaces.Discrete(3))]
+    with ShmVecEnv(fns) as ours, closing(SubprocVecEnv(fns)) as reference:
+        ours.reset()
+        reference.reset()
+        for dtype in (np.int64, np.int32, np.uint8):
+            actions = np.array([2, 1], dtype=dtype)
+            assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), str(dtype))
+
+
+@pytest.mark.timeout(120)
+def test_step_wait_times_out_on_an_env_that_sleeps_its_float64_action(no_leaks):
+    """Gymnasium's own timeout test: with float32 actions the env would raise TypeError instead."""
+    envs = ShmVectorEnv([SleepEnv] * 4)
+    envs.reset()
+    envs.step_async(np.array([0.1, 0.1, 0.3, 0.1]))
+    with pytest.raises(TimeoutError):
+        envs.step_wait(timeout=0.1)
+    envs.close(terminate=True)
+
+
+def test_reset_keywords_are_those_async_vector_env_passes():
+    fns = [StrictResetEnv] * 2
+    with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
+        for kwargs in ({}, {"seed": 1}, {"seed": 1, "options": {"level": 2}}):
+            assert_tree_equal(ours.reset(**kwargs)[1], reference.reset(**kwargs)[1], str(kwargs))
+        mask = np.array([False, True])
+        ours.step(ZEROS)
+        reference.step(ZEROS)
+        assert_tree_equal(
+            ours.reset(options={"reset_mask": mask.copy()})[1], reference.reset(options={"reset_mask": mask})[1]
+        )
+
+
+def test_reset_keywords_are_those_subproc_vec_env_passes():
+    fns = [EchoEnv] * 2
+    with ShmVecEnv(fns) as ours, closing(SubprocVecEnv(fns)) as reference:
+        for options in (None, {"level": 2}):
+            for venv in (ours, reference):
+                venv.set_options(options)
+                venv.reset()
+            assert_tree_equal(list(ours.reset_infos), list(reference.reset_infos), str(options))
+
+
+MISMATCHES = {
+    "observation bounds": ([EchoEnv, echo(low=-2.0)], "same"),
+    "observation shape": ([EchoEnv, echo(shape=(4,))], "different"),
+    "action space": ([EchoEnv, echo(action_space=spaces.Box(-2, 2, (), np.float32))], "same"),
+}
+
+
+def live_children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True) if process_alive(child.pid)}
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_mismatched_spaces_raise_what_async_vector_env_raises(case):
+    fns, mode = MISMATCHES[case]
+    with pytest.raises((RuntimeError, ValueError)) as expected:
+        AsyncVectorEnv(fns, observation_mode=mode)  # leaves its workers running: a peer bug, not checked here
+    before = live_children()
+    with pytest.raises(type(expected.value)) as got:
+        ShmVectorEnv(fns, observation_mode=mode)
+    assert str(got.value) == str(expected.value)
+    assert live_children() <= before, "vecshm's workers must be gone after the refusal"
+
+
+def test_differing_bounds_are_accepted_in_different_mode_as_in_async_vector_env():
+    fns = [EchoEnv, echo(low=-2.0)]
+    with ShmVectorEnv(fns, observation_mode="different") as ours:
+        reference = AsyncVectorEnv(fns, observation_mode="different")
+        assert ours.observation_space == reference.observation_space
+        reference.close()
+
+
+def test_async_vector_env_keywords_in_its_positional_order():
+    with pytest.raises(ValueError, match="max_concurrency"):
+        ShmVectorEnv([EchoEnv], max_concurrency=0)
+    with pytest.raises(ValueError, match="custom `worker`"):
+        ShmVectorEnv([EchoEnv], True, True, None, True, lambda *args: None)
+    with ShmVectorEnv([EchoEnv] * 4, max_concurrency=1) as envs:
+        assert envs._engine.num_workers == 1  # at most one env runs at a time
+        envs.reset()
+
+
+def run_script(tmp_path, source: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.timeout(300)
+def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
+    result = run_script(
+        tmp_path,
+        """
+        import gymnasium as gym
+        import numpy as np
+
+        class Counter(gym.Env):
+            observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.t = 0
+                return np.zeros(1, np.float32), {}
+
+            def step(self, action):
+                self.t += 1
+                return np.full(1, self.t, np.float32), 1.0, False, False, {}
+
+        def main():
+            import ale_py  # noqa: F401  (registers the ALE namespace in this process only)
+            from vecshm import ShmVecEnv
+
+            gym.register("LocalCounter-v0", entry_point=Counter)
+            for method in ("forkserver", "spawn"):
+                with ShmVecEnv([lambda: gym.make("LocalCounter-v0")] * 2, start_method=method) as venv:
+                    venv.reset()
+                    assert venv.step(np.zeros(2, dtype=np.int64))[0].tolist() == [[1.0], [1.0]]
+                with ShmVecEnv([lambda: gym.make("ALE/Pong-v5")] * 2, start_method=method) as venv:
+                    assert venv.reset().shape == (2, 210, 160, 3)
+            print("registry ok")
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    assert result.returncode == 0 and "registry ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+@pytest.mark.timeout(120)
+def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path, start_method):
+    result = run_script(
+        tmp_path,
+        f"""
+        import gymnasium as gym
+        from vecshm import ShmVecEnv
+
+        venv = ShmVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method={start_method!r})
+        venv.close()
+        """,
+    )
+    assert result.returncode != 0
+    assert 'if __name__ == "__main__":' in result.stderr, result.stderr[-3000:]
+    assert "WorkerDiedError" in result.stderr and "script.py" in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
+    result = run_script(
+        tmp_path,
+        """
+        import os
+
+        for name in ("eventfd", "memfd_create", "sched_setaffinity", "sched_getaffinity"):
+            if hasattr(os, name):
+                delattr(os, name)  # as on macOS
+
+        import gymnasium as gym
+        import numpy as np
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from vecshm import ShmVecEnv
+
+        def main():
+            fns = [lambda: gym.make("CartPole-v1")] * 3
+            ours, reference = ShmVecEnv(fns, start_method="fork"), DummyVecEnv(fns)
+            assert ours._engine.transport.name == "portable"
+            ours.seed(0)
+            reference.seed(0)
+            assert np.array_equal(ours.reset(), reference.reset())
+            for t in range(60):
+                actions = np.full(3, t % 2)
+                a, b = ours.step(actions), reference.step(actions)
+                assert all(np.array_equal(x, y) for x, y in zip(a[:3], b[:3]))
+            ours.close()
+            try:
+                ShmVecEnv(fns, cpu_affinity="auto")
+            except ValueError as error:
+                assert "Linux" in str(error)
+            else:
+                raise AssertionError("pinning without sched_setaffinity must be refused")
+            print("portable ok")
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    assert result.returncode == 0 and "portable ok" in result.stdout, result.stderr[-3000:]

@@ -13,8 +13,12 @@ install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plo
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e '.[dev]'
 
-test: install  ## the README's test command
+PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py
+
+test: install  ## the README's test command: the suite, the parity tests again on the portable path, SB3's own tests
 	$(BIN)/python -m pytest -q
+	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
+	$(BIN)/python tests/sb3_suite/run.py
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples
@@ -34,4 +38,4 @@ bench-full: install  ## every workload (Atari included), n_envs sweep, plot in b
 	$(BIN)/python -m vecshm.bench -w frames dict busy200 variable vector pong -n 2 8 32 -s all -r 5
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist

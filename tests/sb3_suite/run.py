@@ -1,0 +1,87 @@
+"""Run Stable-Baselines3's own vec-env tests with SB3's classes replaced by vecshm's.
+
+The tests (``tests/test_vec_*.py``) come from the sdist of the SB3 version installed here, so
+they always match the SB3 that vecshm claims to replace. A ``conftest.py`` placed beside them
+points ``stable_baselines3.common.vec_env``'s names at vecshm's classes before the test modules
+import them: ``SubprocVecEnv`` is ``ShmVecEnv``, and ``DummyVecEnv`` and every wrapper are
+vecshm's. SB3's own internals (PPO wrapping a single env, ...) keep SB3's classes.
+
+    python tests/sb3_suite/run.py [pytest arguments]
+
+Exits with pytest's status. The sdist is cached in ``.sb3-sdist/`` (pip needs the package index
+once; nothing else is downloaded).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".sb3-sdist"
+
+CONFTEST = '''
+"""Written by vecshm's tests/sb3_suite/run.py: SB3's vec-env names, bound to vecshm's classes."""
+import stable_baselines3  # noqa: F401  (SB3's internals bind SB3's own classes first)
+import stable_baselines3.common.vec_env as sb3_vec_env
+import stable_baselines3.common.vec_env.stacked_observations as sb3_stacked
+
+import vecshm
+
+REPLACED = {
+    "SubprocVecEnv": vecshm.ShmVecEnv,
+    "DummyVecEnv": vecshm.DummyVecEnv,
+    "VecFrameStack": vecshm.VecFrameStack,
+    "VecNormalize": vecshm.VecNormalize,
+    "VecMonitor": vecshm.VecMonitor,
+    "VecVideoRecorder": vecshm.VecVideoRecorder,
+    "VecCheckNan": vecshm.VecCheckNan,
+    "VecTransposeImage": vecshm.VecTransposeImage,
+    "VecExtractDictObs": vecshm.VecExtractDictObs,
+    "VecEnvWrapper": vecshm.VecEnvWrapper,
+}
+for name, cls in REPLACED.items():
+    setattr(sb3_vec_env, name, cls)
+sb3_stacked.StackedObservations = vecshm.StackedObservations
+'''
+
+
+def sdist_tests(sb3_version: str) -> list[tuple[str, bytes]]:
+    """The ``tests/test_vec_*.py`` files of SB3's sdist for ``sb3_version``, downloading it once."""
+    archive = CACHE / f"stable_baselines3-{sb3_version}.tar.gz"
+    if not archive.exists():
+        CACHE.mkdir(exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", f"stable-baselines3=={sb3_version}", "--no-binary", ":all:",
+             "--no-deps", "--quiet", "--dest", str(CACHE)],
+            check=True,
+        )  # fmt: skip
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if "/tests/test_vec_" in m.name and m.name.endswith(".py")]
+        return [(Path(m.name).name, tar.extractfile(m).read()) for m in members]  # type: ignore[union-attr]
+
+
+def main(argv: list[str]) -> int:
+    sb3_version = version("stable-baselines3")
+    files = sdist_tests(sb3_version)
+    if not files:
+        print(f"no tests/test_vec_*.py in the sdist of stable-baselines3 {sb3_version}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="sb3-suite-") as directory:
+        suite = Path(directory)
+        (suite / "conftest.py").write_text(CONFTEST)
+        for name, source in files:
+            (suite / name).write_bytes(source)
+        print(f"SB3 {sb3_version}'s own vec-env tests on vecshm's classes: {', '.join(sorted(n for n, _ in files))}")
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)]
+        env = {**os.environ, "SDL_VIDEODRIVER": os.environ.get("SDL_VIDEODRIVER", "dummy")}  # pygame, headless
+        return subprocess.run([*command, *argv], cwd=suite, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -97,15 +97,9 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, complex, bool, str, bytes, np.generic)) or not hasattr(value, "__len__")
 
 
-def stack_dynamic(space: spaces.Space, values: list[Any]) -> np.ndarray:
-    """A batch of a dynamic leaf as SubprocVecEnv builds it (``np.stack``), or an object array if that fails."""
-    try:
-        return np.stack(values)
-    except (ValueError, TypeError):
-        batch = np.empty(len(values), dtype=object)
-        for i, value in enumerate(values):
-            batch[i] = value
-        return batch
+def tuple_of_values(space: spaces.Space, values: list[Any]) -> tuple[Any, ...]:
+    """The default batch of a dynamic leaf: a tuple of the envs' values (Gymnasium's ``concatenate``)."""
+    return tuple(values)
 
 
 class Engine:
@@ -127,7 +121,7 @@ class Engine:
         limit_threads: bool = True,
         on_worker_failure: str = "raise",
         check_spaces: Callable[[list[tuple[spaces.Space, spaces.Space]]], None] = check_same_layout,
-        batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = stack_dynamic,
+        batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = tuple_of_values,
         max_workers: int | None = None,
     ) -> None:
         """Start the workers and map the shared segment.

@@ -28,11 +28,24 @@ __all__ = [
     "VecEnvStepReturn",
     "CloudpickleWrapper",
     "tile_images",
+    "stack_dynamic",
 ]
 
 VecEnvIndices = Union[None, int, Iterable[int]]  # noqa: UP007
 VecEnvObs = Union[np.ndarray, dict[str, np.ndarray], tuple[np.ndarray, ...]]  # noqa: UP007
 VecEnvStepReturn = tuple[VecEnvObs, np.ndarray, np.ndarray, list[dict]]
+
+
+def stack_dynamic(space: spaces.Space, values: list[Any]) -> np.ndarray:
+    """A batch of values of a space without a fixed size (Text, Sequence, ...), as SubprocVecEnv builds
+    it with ``np.stack``; an object array (one value per env) where ``np.stack`` fails (ragged values)."""
+    try:
+        return np.stack(values)
+    except (ValueError, TypeError):
+        batch = np.empty(len(values), dtype=object)
+        for i, value in enumerate(values):
+            batch[i] = value
+        return batch
 
 
 def tile_images(images_nhwc: Sequence[np.ndarray]) -> np.ndarray:

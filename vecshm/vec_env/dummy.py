@@ -13,7 +13,7 @@ import numpy as np
 from vecshm.actions import is_per_env
 from vecshm.env_util import is_wrapped
 from vecshm.layout import assemble, flatten, leaves
-from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["DummyVecEnv"]
 
@@ -94,9 +94,11 @@ class DummyVecEnv(VecEnv):
             buffer[env_idx] = value
 
     def _obs_from_buf(self) -> VecEnvObs:
-        if self._single_leaf:
-            return np.copy(self.buf_obs[0])
-        return assemble(self.observation_space, [np.copy(b) for b in self.buf_obs])
+        batches = [
+            stack_dynamic(leaf.space, list(buf)) if leaf.dynamic else np.copy(buf)
+            for leaf, buf in zip(self._leaves, self.buf_obs)
+        ]
+        return batches[0] if self._single_leaf else assemble(self.observation_space, batches)
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return [env.get_wrapper_attr(attr_name) for env in self._get_target_envs(indices)]

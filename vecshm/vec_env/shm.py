@@ -13,7 +13,7 @@ from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.protocol import AutoReset, CallOp
-from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["ShmVecEnv"]
 
@@ -80,6 +80,7 @@ class ShmVecEnv(VecEnv):
             pin_parent=pin_parent,
             limit_threads=limit_threads,
             on_worker_failure=on_worker_failure,
+            batch_dynamic=stack_dynamic,
         )
         self.closed = False
         self.copy = copy

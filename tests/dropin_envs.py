@@ -25,7 +25,11 @@ class EchoEnv(gym.Env):
         return np.zeros(self.observation_space.shape, np.float32), {"reset_keywords": sorted(kwargs)}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        info = {"action_type": type(action).__name__, "action_dtype": str(getattr(action, "dtype", None))}
+        info = {
+            "action_type": type(action).__name__,
+            "action_dtype": str(getattr(action, "dtype", None)),
+            "action_repr": repr(action),
+        }
         return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, info
 
 

@@ -145,6 +145,33 @@ def test_actions_reach_the_env_in_the_callers_dtype_as_in_subproc_vec_env():
             assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), str(dtype))
 
 
+DYNAMIC_ACTION_SPACES = {
+    "text": spaces.Text(5),
+    "tuple_text_box": spaces.Tuple((spaces.Text(4), spaces.Box(-1, 1, (2,), np.float32))),
+}
+
+
+@pytest.mark.parametrize("key", sorted(DYNAMIC_ACTION_SPACES))
+def test_dynamic_action_spaces_reach_the_env_as_in_async_vector_env(key, no_leaks):
+    fns = [echo(action_space=DYNAMIC_ACTION_SPACES[key])] * 3
+    with ShmVectorEnv(fns, envs_per_worker=2) as ours, closing(AsyncVectorEnv(fns, shared_memory=False)) as reference:
+        ours.reset()
+        reference.reset()
+        reference.action_space.seed(5)
+        for t in range(5):
+            actions = reference.action_space.sample()
+            assert_tree_equal(ours.step(actions)[4], reference.step(actions)[4], f"step {t}")
+
+
+def test_a_text_action_space_reaches_the_env_as_in_subproc_vec_env():
+    fns = [echo(action_space=spaces.Text(5))] * 2
+    with ShmVecEnv(fns) as ours, closing(SubprocVecEnv(fns)) as reference:
+        ours.reset()
+        reference.reset()
+        for actions in (["ab", "c"], np.array(["xyz", "q"])):
+            assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), repr(actions))
+
+
 @pytest.mark.timeout(120)
 def test_step_wait_times_out_on_an_env_that_sleeps_its_float64_action(no_leaks):
     """Gymnasium's own timeout test: with float32 actions the env would raise TypeError instead."""

@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.buffers import Buffers, BufferSpec, action_dtypes
 from vecshm.layout import Leaf, assemble, flatten
 
-__all__ = ["batch_actions", "checked_actions", "is_per_env"]
+__all__ = ["ActionWriter", "batch_actions", "checked_actions", "is_per_env"]
 
 
 def is_per_env(space: spaces.Space, actions: Any, count: int) -> bool:
@@ -58,3 +59,66 @@ def checked_actions(leaf: Leaf, value: Any, count: int, space: spaces.Space) -> 
             envs = np.flatnonzero(bad.reshape(count, -1).any(axis=1)).tolist()
             raise ValueError(f"actions{where} for envs {envs} contain NaN or inf; nothing was sent to the workers")
     return array
+
+
+class ActionWriter:
+    """Checks a batch of actions once and writes it into the segment's action leaves.
+
+    Rows keep the caller's dtype (see ``vecshm.buffers.ACTION_DTYPES``): each leaf's bytes are
+    written through the view of that dtype, and the per-env dtype codes are rewritten only when
+    they change. Leaves without a fixed size come back as values, one list per env, to travel
+    with the command.
+    """
+
+    def __init__(self, space: spaces.Space, spec: BufferSpec, buffers: Buffers) -> None:
+        self.space = space
+        self.spec = spec
+        self.buffers = buffers
+        self.codes = [{dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in spec.action_fixed]
+        self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
+
+    def write(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
+        """Write one row per env in ``env_ids`` (default: every env); the dynamic leaves' values, or None."""
+        count = self.spec.num_envs if env_ids is None else len(env_ids)
+        if _is_scalar(actions) and not isinstance(self.space, (spaces.Dict, spaces.Tuple)):
+            raise TypeError(
+                f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "
+                f"per env ({count} here), e.g. an array of shape ({count}, ...), not a single action"
+            )
+        actions = batch_actions(self.space, actions, count)
+        try:
+            values = flatten(self.space, actions)
+        except ValueError as exc:
+            raise ValueError(f"actions do not match the action space {self.space}: {exc}") from None
+        if not self.spec.action_dynamic:
+            self._write_fixed(values, count, env_ids)
+            return None
+        leaves = self.spec.action_leaves
+        self._write_fixed([v for leaf, v in zip(leaves, values) if not leaf.dynamic], count, env_ids)
+        dynamic = []
+        for leaf, value in zip(leaves, values):
+            if leaf.dynamic:
+                if _is_scalar(value) or len(value) != count:
+                    raise ValueError(f"actions at {leaf.name} must hold one value per env ({count}), got {value!r:.80}")
+                dynamic.append(value)
+        return [list(per_env) for per_env in zip(*dynamic)]
+
+    def _write_fixed(self, values: list[Any], count: int, env_ids: np.ndarray | None) -> None:
+        b = self.buffers
+        rows = slice(None) if env_ids is None else env_ids
+        for i, (leaf, value) in enumerate(zip(self.spec.action_fixed, values)):
+            array = checked_actions(leaf, value, count, self.space)
+            code = self.codes[i].get(array.dtype)
+            if code is None:  # a dtype without a view of its own: the space's dtype carries it
+                array, code = array.astype(leaf.dtype), self.codes[i][leaf.dtype]
+            b.actions[i][code][rows] = array
+            if env_ids is not None or self.written[i] != code:
+                b.action_codes[rows, i] = code
+                self.written[i] = code if env_ids is None else None
+
+
+def _is_scalar(value: Any) -> bool:
+    """One value rather than a batch (a number, a string, a 0-d array): what a vector env cannot split."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0
+    return isinstance(value, (int, float, complex, bool, str, bytes, np.generic)) or not hasattr(value, "__len__")

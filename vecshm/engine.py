@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.actions import batch_actions, checked_actions
+from vecshm.actions import ActionWriter
 from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec, action_dtypes
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
 from vecshm.errors import (
     ClosedError,
     FailedError,
@@ -32,7 +32,7 @@ from vecshm.errors import (
     VecShmError,
     remote_error,
 )
-from vecshm.layout import assemble, flatten, leaves, merge_leaves
+from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.registry import snapshot_registry
@@ -88,13 +88,6 @@ def check_same_layout(env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> No
                 f"env {i} has spaces {obs_space} / {act_space}, which differ from env 0's "
                 f"{observation_space} / {action_space}; all envs of a vec env must share their spaces"
             )
-
-
-def _is_scalar(value: Any) -> bool:
-    """One value rather than a batch (a number, a string, a 0-d array): what a vector env cannot split."""
-    if isinstance(value, np.ndarray):
-        return value.ndim == 0
-    return isinstance(value, (int, float, complex, bool, str, bytes, np.generic)) or not hasattr(value, "__len__")
 
 
 def tuple_of_values(space: spaces.Space, values: list[Any]) -> tuple[Any, ...]:
@@ -203,9 +196,7 @@ class Engine:
             check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
-        self._action_codes = [
-            {dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in self.spec.action_fixed
-        ]
+        self.action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
         self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
@@ -244,44 +235,9 @@ class Engine:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
-        """Validate a batch of actions (one row per env in ``env_ids``) and copy it into shared memory.
-
-        Rows keep the caller's dtype (see ``ACTION_DTYPES``). Returns the dynamic leaves' values,
-        one list per env, which travel with the command; None when the action space has none.
-        """
-        count = self.num_envs if env_ids is None else len(env_ids)
-        if _is_scalar(actions) and not isinstance(self.action_space, (spaces.Dict, spaces.Tuple)):
-            raise TypeError(
-                f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "
-                f"per env ({count} here), e.g. an array of shape ({count}, ...), not a single action"
-            )
-        actions = batch_actions(self.action_space, actions, count)
-        try:
-            values = flatten(self.action_space, actions)
-        except ValueError as exc:
-            raise ValueError(f"actions do not match the action space {self.action_space}: {exc}") from None
-        b, rows = self.buffers, (slice(None) if env_ids is None else env_ids)
-        fixed, dynamic = [], []
-        for leaf, value in zip(self.spec.action_leaves, values):
-            (dynamic if leaf.dynamic else fixed).append(value)
-        for i, (leaf, value) in enumerate(zip(self.spec.action_fixed, fixed)):
-            array = checked_actions(leaf, value, count, self.action_space)
-            code = self._action_codes[i].get(array.dtype)
-            if code is None:  # a dtype without a slot of its own: the space's dtype carries it
-                array, code = array.astype(leaf.dtype), self._action_codes[i][leaf.dtype]
-            b.actions[i][code][rows] = array
-            b.action_codes[rows, i] = code
-        if not dynamic:
-            return None
-        for leaf, value in zip((x for x in self.spec.action_leaves if x.dynamic), dynamic):
-            if _is_scalar(value) or len(value) != count:
-                raise ValueError(f"actions at {leaf.name} must hold one value per env ({count}), got {value!r:.80}")
-        return [list(per_env) for per_env in zip(*dynamic)]
-
     def send_step(self, actions: Any, workers: np.ndarray, env_ids: np.ndarray | None = None, slot: int = 0) -> None:
         """Write ``actions`` (rows for ``env_ids``, default every env) and start a step on ``workers``."""
-        dynamic = self.write_actions(actions, env_ids)
+        dynamic = self.action_writer.write(actions, env_ids)
         self.submit(Command.STEP, workers, slot)
         if dynamic is None:
             return

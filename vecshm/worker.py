@@ -216,8 +216,7 @@ class EnvRunner:
             and not self.obs_dynamic
             and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
         )
-        self.dynamic_actions: dict[int, list[Any]] = {}  # this step's pickled action leaves, by env index
-        self.action_of = self._action_reader()
+        self.action_reader = self._action_reader()
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
         self.obs_target = buffers.obs_slots[0]  # the slot this command writes, chosen by the parent
@@ -235,9 +234,8 @@ class EnvRunner:
         error: RemoteError | None = None
         try:
             if command is Command.STEP:
-                if self.action_dynamic:
-                    self.dynamic_actions = self.conn.recv()
-                self._step_all()
+                dynamic = self.conn.recv() if self.action_dynamic else {}
+                self._step_all(self.action_reader(dynamic))
             else:
                 self._reset_all(self.conn.recv())
         except _EnvFailure as failure:
@@ -261,7 +259,7 @@ class EnvRunner:
 
     # -- step and reset ---------------------------------------------------------------------------
 
-    def _step_all(self) -> None:
+    def _step_all(self, action_of: Callable[[int], Any]) -> None:
         """Step every env; scalars are gathered in lists and written once per command."""
         b = self.buffers
         start, stop = self.start, self.start + len(self.envs)
@@ -277,7 +275,7 @@ class EnvRunner:
                     self.needs_reset[offset] = False
                     reward, term, trunc = 0.0, False, False
                 else:
-                    obs, reward, term, trunc, info = env.step(self.action_of(index))
+                    obs, reward, term, trunc, info = env.step(action_of(index))
                     if term or trunc:
                         if self.autoreset is AutoReset.SAME_STEP:
                             self._write_obs(b.final_obs, index, obs, "final_obs")
@@ -297,33 +295,50 @@ class EnvRunner:
         except Exception as exc:
             raise _EnvFailure(RemoteError(exc, index, "step")) from None
 
-    def _action_reader(self) -> Callable[[int], Any]:
-        """A function from env index to that env's action, built once for the action space.
+    def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
+        """Built once: per step command, a function from env index to that env's action.
 
-        Each row is read in the dtype the parent wrote it in (``action_codes``); leaves that are
-        not in shared memory come from this step's ``dynamic_actions``.
+        Rows are read in the dtype the parent wrote them in: the slice's dtype codes are read once
+        per command, and when they agree (the usual case) one view serves every env. Leaves that
+        are not in shared memory come from the command's ``dynamic`` values, by env index.
         """
         b = self.buffers
-        fixed, codes = b.spec.action_fixed, b.action_codes
+        fixed, all_leaves, start = b.spec.action_fixed, b.spec.action_leaves, self.start
+        codes = b.action_codes[start : start + len(self.envs)]
+        scalar = [leaf.shape == () for leaf in fixed]
+        structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
 
-        def fixed_values(index: int) -> list[Any]:
-            row = codes[index]
-            return [
-                views[row[i]][index] if leaf.shape == () else views[row[i]][index].copy()
-                for i, (views, leaf) in enumerate(zip(b.actions, fixed))
-            ]
-
-        if len(fixed) == 1 and not self.action_dynamic and len(b.spec.action_leaves) == 1:
+        if len(all_leaves) == 1 and fixed and not structured:
             views, column = b.actions[0], codes[:, 0]
-            if fixed[0].shape == ():
-                return lambda index: views[column[index]][index]  # a NumPy scalar: already a copy
-            return lambda index: views[column[index]][index].copy()
-        if not self.action_dynamic:
-            return lambda index: assemble(self.action_space, fixed_values(index))
-        all_leaves = b.spec.action_leaves
-        return lambda index: assemble(
-            self.action_space, merge_leaves(all_leaves, fixed_values(index), self.dynamic_actions[index])
-        )
+
+            def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+                kinds = set(column.tolist())
+                if len(kinds) == 1:
+                    view = views[kinds.pop()]
+                    return view.__getitem__ if scalar[0] else lambda index: view[index].copy()  # a scalar is a copy
+                per_env = column.tolist()
+                if scalar[0]:
+                    return lambda index: views[per_env[index - start]][index]
+                return lambda index: views[per_env[index - start]][index].copy()
+
+            return one_leaf
+
+        def any_space(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+            rows = codes.tolist()
+
+            def read(index: int) -> Any:
+                row = rows[index - start]
+                values = [
+                    views[row[i]][index] if scalar[i] else views[row[i]][index].copy()
+                    for i, views in enumerate(b.actions)
+                ]
+                if dynamic:
+                    values = merge_leaves(all_leaves, values, dynamic[index])
+                return assemble(self.action_space, values)
+
+            return read
+
+        return any_space
 
     def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any, kind: str) -> None:
         """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into the ``kind`` lane."""

@@ -37,7 +37,7 @@ DYNAMIC_KEYS = [key for key in SPACES if key.startswith("dyn_")]
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-@pytest.mark.parametrize("obs_key", ["box_f32", "discrete", "nested", "frame_u8", *DYNAMIC_KEYS])
+@pytest.mark.parametrize("obs_key", sorted(SPACES))
 def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     ours = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2)

@@ -27,7 +27,24 @@ __all__ = ["Doorbell", "SocketDoorbell", "new_doorbell", "DoneWatch", "Spinner",
 _yield_core: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-class Doorbell:
+class _Bell:
+    """What both doorbells share: a wait built on ``take`` and something ``select`` can watch."""
+
+    waitable: Any
+
+    def take(self) -> int:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None) -> int:
+        """Take the rings, waiting up to ``timeout`` seconds for at least one."""
+        rings = self.take()
+        if rings:
+            return rings
+        select.select([self.waitable], [], [], timeout)
+        return self.take()
+
+
+class Doorbell(_Bell):
     """A counting wake-up: ``ring`` from any process, ``wait`` in the owner."""
 
     def __init__(self, fd: int | None = None) -> None:
@@ -47,14 +64,6 @@ class Doorbell:
         except BlockingIOError:
             return 0
 
-    def wait(self, timeout: float | None) -> int:
-        """Take the rings, waiting up to ``timeout`` seconds for at least one."""
-        rings = self.take()
-        if rings:
-            return rings
-        select.select([self.fd], [], [], timeout)
-        return self.take()
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -70,7 +79,7 @@ def _rebuild_doorbell(dup: Any) -> Doorbell:
     return Doorbell(dup.detach())
 
 
-class SocketDoorbell:
+class SocketDoorbell(_Bell):
     """The portable doorbell: one byte per ring on a socket pair (pickled into children by multiprocessing)."""
 
     def __init__(self) -> None:
@@ -102,13 +111,6 @@ class SocketDoorbell:
             if not chunk:
                 return rings
             rings += len(chunk)
-
-    def wait(self, timeout: float | None) -> int:
-        rings = self.take()
-        if rings:
-            return rings
-        select.select([self._reader], [], [], timeout)
-        return self.take()
 
     def close(self) -> None:
         self._reader.close()

@@ -37,13 +37,32 @@ def test_tiny_benchmark_writes_markdown_and_json(tmp_path, capsys):
     assert case["workload"] == "vector" and case["n_envs"] == 2
     assert len(case["rounds"]["vecshm ShmVecEnv"]) == 2
     assert all(rate > 0 for rates in case["rounds"].values() for rate in rates)
-    assert "ideal (independent processes)" in case["rounds"]
+    assert "ideal (independent processes)" not in case["rounds"]  # measured for CPU-bound envs only
     assert "EnvPool" in case["skipped"]
     assert report["machine"]["usable_cores"] >= 1
     assert "semaphore round-trip" in " ".join(report["floor"])
     table = (tmp_path / "results.md").read_text()
     assert "| vecshm ShmVecEnv |" in table and "skipped" in table
+    assert "% of ideal" not in table
     assert table in capsys.readouterr().out
+    assert (tmp_path / "results.png").stat().st_size > 0
+
+
+def test_cpu_bound_workloads_report_their_share_of_the_ideal(tmp_path):
+    argv = ["-w", "busy200", "-n", "2", "-r", "1", "--seconds", "0.05", "-s", "ShmVecEnv", "SB3 SubprocVecEnv"]
+    assert main([*argv, "--no-floor", "-o", str(tmp_path), "-q"]) == 0
+    case = json.loads((tmp_path / "results.json").read_text())["cases"][0]
+    assert len(case["rounds"]["ideal (independent processes)"]) == 1
+    assert "% of ideal" in (tmp_path / "results.md").read_text()
+
+
+def test_default_run_covers_pixels_and_a_real_env_in_both_modes():
+    from vecshm.bench.cli import build_parser
+
+    args = build_parser().parse_args([])
+    assert args.workload == ["frames", "pong"]
+    names = [s.name for s in get_systems(None)]
+    assert "vecshm ShmVectorEnv async (batch n/2)" in names and "SB3 SubprocVecEnv" in names
 
 
 def test_unknown_names_are_clear_errors():

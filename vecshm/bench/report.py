@@ -49,20 +49,23 @@ def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | No
     for case in cases:
         ideal = float(np.median(case.rounds[IDEAL])) if case.rounds.get(IDEAL) else None
         rounds = len(next(iter(case.rounds.values()), []))
+        share_header, share_rule = (" % of ideal |", "---:|") if ideal else ("", "")
         lines += [
             f"### {case.workload}, {case.n_envs} envs ({rounds} interleaved rounds)",
             "",
-            f"| system | env-steps/s (median) | min | max | x {BASELINE} | % of ideal |",
-            "|---|---:|---:|---:|---:|---:|",
+            f"| system | env-steps/s (median) | min | max | x {BASELINE} |{share_header}",
+            f"|---|---:|---:|---:|---:|{share_rule}",
         ]
         for name, values in case.rounds.items():
             ratios = case.ratios(name)
             ratio = f"{np.median(ratios):.2f}x" if ratios else "-"
-            share = f"{100 * np.median(values) / ideal:.0f}%" if ideal and name != IDEAL else "-"
             spread = f"{_fmt(np.median(values))} | {_fmt(min(values))} | {_fmt(max(values))}"
-            lines.append(f"| {name} | {spread} | {ratio} | {share} |")
+            share = ""
+            if ideal:
+                share = f" {100 * np.median(values) / ideal:.0f}% |" if name != IDEAL else " 100% |"
+            lines.append(f"| {name} | {spread} | {ratio} |{share}")
         for name, reason in case.skipped.items():
-            lines.append(f"| {name} | skipped: {reason} | | | | |")
+            lines.append(f"| {name} | skipped: {reason} | | | |{' |' if ideal else ''}")
         lines.append("")
     if floor:
         lines += ["### Floor on this machine", ""]
@@ -93,7 +96,8 @@ def to_json(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | Non
 
 
 def plot(cases: list[Case], path: str) -> str | None:
-    """Throughput against n_envs per system, one panel per workload; None without matplotlib."""
+    """The PNG: ratios to the baseline as bars per workload (one env count each), or throughput
+    against num_envs per system for a sweep. None without matplotlib."""
     try:
         import matplotlib
 
@@ -101,6 +105,44 @@ def plot(cases: list[Case], path: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    if not cases:
+        return None
+    sweep = len({c.n_envs for c in cases}) > 1
+    fig = _sweep_figure(plt, cases) if sweep else _ratio_figure(plt, cases)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
+    """Grouped horizontal bars: each system's median ratio to the baseline, one group per workload."""
+    names = [name for name in dict.fromkeys(n for c in cases for n in c.rounds) if name not in (IDEAL, BASELINE)]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(names) * len(cases)))
+    height = 0.8 / max(1, len(names))
+    colors = plt.get_cmap("tab10")
+    for g, case in enumerate(cases):
+        for k, name in enumerate(names):
+            ratios = case.ratios(name)
+            if not ratios:
+                continue
+            value = float(np.median(ratios))
+            y = g + k * height
+            ax.barh(y, value, height * 0.9, color=colors(k % 10), label=name if g == 0 else None)
+            ax.text(value, y, f" {value:.2f}x", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks([g + height * (len(names) - 1) / 2 for g in range(len(cases))])
+    ax.set_yticklabels([f"{c.workload}\n{c.n_envs} envs" for c in cases])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"env-steps/s relative to {BASELINE} (1.0 = the same; higher is faster)")
+    ax.set_title("How much faster than SubprocVecEnv, per workload")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def _sweep_figure(plt: Any, cases: list[Case]) -> Any:
+    """Throughput against n_envs per system, one panel per workload."""
     workloads = sorted({c.workload for c in cases})
     fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
     for ax, workload in zip(axes[0], workloads):
@@ -117,7 +159,4 @@ def plot(cases: list[Case], path: str) -> str | None:
         ax.set_title(workload)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

@@ -145,11 +145,11 @@ SYSTEMS: dict[str, System] = {
     s.name: s
     for s in [
         System("vecshm ShmVecEnv", _shm()),
-        System("vecshm ShmVecEnv copy=False", _shm(copy=False)),
+        System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVectorEnv", _shm_vector),
-        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async, default=False),
-        System("vecshm DummyVecEnv", _vecshm_dummy),
+        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
+        System("vecshm DummyVecEnv", _vecshm_dummy, default=False),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
         System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),
         System("Gymnasium AsyncVectorEnv(shared_memory=True)", _gym_async),

@@ -14,13 +14,19 @@ __all__ = ["Workload", "WORKLOADS", "get_workload"]
 
 @dataclass(frozen=True)
 class Workload:
-    """A named env and how to build it; ``atari`` workloads need ale-py."""
+    """A named env and how to build it; ``atari`` workloads need ale-py.
+
+    ``cpu_bound``: the env does real work per step, so independent processes stepping it measure
+    what the cores can do (the "ideal"). For zero-compute envs that figure only measures a loop
+    around a no-op, and no vectorizer's share of it means anything.
+    """
 
     name: str
     description: str
     env_id: str
     kwargs: tuple[tuple[str, object], ...] = ()
     atari: bool = False
+    cpu_bound: bool = False
 
     def factory(self) -> Callable[[], gym.Env]:
         return functools.partial(_make, self.env_id, dict(self.kwargs), self.atari)
@@ -67,16 +73,23 @@ WORKLOADS: dict[str, Workload] = {
     for w in [
         Workload("frames", "zero-compute env, 210x160x3 uint8 frames (pure overhead)", "vecshm/Frames-v0"),
         Workload("dict", "Dict obs: 84x84x3 uint8 image + float32 vector", "vecshm/DictImage-v0"),
-        Workload("busy200", "CPU-bound: burns 200 us per step, small obs", "vecshm/Busy-v0", (("step_us", 200.0),)),
+        Workload(
+            "busy200",
+            "CPU-bound: burns 200 us per step, small obs",
+            "vecshm/Busy-v0",
+            (("step_us", 200.0),),
+            cpu_bound=True,
+        ),
         Workload(
             "variable",
             "CPU-bound with variable cost: 0-400 us per step, uniformly at random",
             "vecshm/Busy-v0",
             (("step_us", 0.0), ("max_step_us", 400.0)),
+            cpu_bound=True,
         ),
         Workload("vector", "small float32 vector obs, CartPole-sized", "vecshm/VectorObs-v0"),
-        Workload("pong", "ALE/Pong-v5 through ale-py", "ALE/Pong-v5", atari=True),
-        Workload("breakout", "ALE/Breakout-v5 through ale-py", "ALE/Breakout-v5", atari=True),
+        Workload("pong", "ALE/Pong-v5 through ale-py", "ALE/Pong-v5", atari=True, cpu_bound=True),
+        Workload("breakout", "ALE/Breakout-v5 through ale-py", "ALE/Breakout-v5", atari=True, cpu_bound=True),
     ]
 }
 

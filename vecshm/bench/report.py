@@ -116,28 +116,24 @@ def plot(cases: list[Case], path: str) -> str | None:
 
 
 def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
-    """Grouped horizontal bars: each system's median ratio to the baseline, one group per workload."""
+    """One panel per workload (each on its own scale): every system's median ratio to the baseline."""
     names = [name for name in dict.fromkeys(n for c in cases for n in c.rounds) if name not in (IDEAL, BASELINE)]
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(names) * len(cases)))
-    height = 0.8 / max(1, len(names))
-    colors = plt.get_cmap("tab10")
-    for g, case in enumerate(cases):
-        for k, name in enumerate(names):
-            ratios = case.ratios(name)
-            if not ratios:
-                continue
-            value = float(np.median(ratios))
-            y = g + k * height
-            ax.barh(y, value, height * 0.9, color=colors(k % 10), label=name if g == 0 else None)
+    colors = {name: plt.get_cmap("tab10")(k % 10) for k, name in enumerate(names)}
+    fig, axes = plt.subplots(len(cases), 1, figsize=(9, 0.9 + 0.42 * len(names) * len(cases)), squeeze=False)
+    for ax, case in zip(axes[:, 0], cases):
+        shown = [(name, float(np.median(case.ratios(name)))) for name in names if case.ratios(name)]
+        for y, (name, value) in enumerate(shown):
+            ax.barh(y, value, 0.8, color=colors[name])
             ax.text(value, y, f" {value:.2f}x", va="center", fontsize=8)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks([g + height * (len(names) - 1) / 2 for g in range(len(cases))])
-    ax.set_yticklabels([f"{c.workload}\n{c.n_envs} envs" for c in cases])
-    ax.invert_yaxis()
-    ax.set_xlabel(f"env-steps/s relative to {BASELINE} (1.0 = the same; higher is faster)")
-    ax.set_title("How much faster than SubprocVecEnv, per workload")
-    ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+        ax.set_yticks(range(len(shown)))
+        ax.set_yticklabels([name for name, _ in shown], fontsize=8)
+        ax.invert_yaxis()
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xlim(0, max([value for _, value in shown] + [1.0]) * 1.15)
+        ax.set_title(f"{case.workload}, {case.n_envs} envs", fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel(f"env-steps/s relative to {BASELINE} (1.0 = the same; higher is faster)")
+    fig.suptitle("How much faster than SubprocVecEnv, for envs like these")
     return fig
 
 

@@ -120,14 +120,15 @@ def _gym_sync(workload: Workload, n_envs: int) -> Stepper:
     return _stepper(gym.vector.SyncVectorEnv(workload.factories(n_envs)))
 
 
-def _envpool(workload: Workload, n_envs: int) -> Stepper:
+def _envpool_make(workload: Workload, n_envs: int, batch_size: int | None = None) -> Any:
     import envpool
 
     # Configured like gymnasium's ALE/*-v5: RGB 210x160 frames, frame skip 4, sticky actions, no
     # stacking, grayscale, resizing, life loss or reward clipping (EnvPool's Atari defaults differ).
-    env = envpool.make_gymnasium(
+    return envpool.make_gymnasium(
         workload.env_id.split("/")[-1],
         num_envs=n_envs,
+        batch_size=batch_size or n_envs,
         img_height=210,
         img_width=160,
         gray_scale=False,
@@ -138,7 +139,23 @@ def _envpool(workload: Workload, n_envs: int) -> Stepper:
         episodic_life=False,
         reward_clip=False,
     )
-    return _stepper(env)
+
+
+def _envpool(workload: Workload, n_envs: int) -> Stepper:
+    return _stepper(_envpool_make(workload, n_envs))
+
+
+def _envpool_async(workload: Workload, n_envs: int) -> Stepper:
+    """EnvPool's own async mode: ``batch_size = n/2``, recv() then send() to the envs it returned."""
+    batch = n_envs // 2
+    env = _envpool_make(workload, n_envs, batch)
+
+    def step(actions: np.ndarray) -> Any:
+        result = env.recv()
+        env.send(actions[:batch], result[4]["env_id"])
+        return result
+
+    return Stepper(env, step, env.async_reset, envs_per_step=batch)
 
 
 SYSTEMS: dict[str, System] = {
@@ -155,6 +172,7 @@ SYSTEMS: dict[str, System] = {
         System("Gymnasium AsyncVectorEnv(shared_memory=True)", _gym_async),
         System("Gymnasium SyncVectorEnv", _gym_sync),
         System("EnvPool", _envpool, ("envpool",)),
+        System("EnvPool async (batch n/2)", _envpool_async, ("envpool",)),
     ]
 }
 

@@ -304,6 +304,7 @@ def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
         """,
     )
     assert result.returncode == 0 and "registry ok" in result.stdout, result.stderr[-3000:]
+    assert "Overriding environment" not in result.stderr, "an id must not be registered twice in a worker"
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])

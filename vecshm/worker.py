@@ -78,7 +78,6 @@ def worker_main(spec: WorkerSpec) -> None:
     _exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
-    adopt_registry(spec.registry)
     envs = _build_envs(spec)
     if envs is None:
         return
@@ -139,7 +138,7 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
     for offset, fn in enumerate(fns):
         index = spec.env_start + offset
         try:
-            env = fn()
+            env = _make_env(fn, spec.registry)
             if not isinstance(env, gym.Env):
                 raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
             if any(env.unwrapped is other.unwrapped for other in envs):
@@ -154,6 +153,20 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
             _close_envs(envs)
             return None
     return envs
+
+
+def _make_env(fn: Callable[[], gym.Env], registry: bytes) -> gym.Env:
+    """``fn()``; if it asks for an id this process does not know, adopt the parent's registry and retry.
+
+    Adopting only on a miss leaves a factory that registers its own ids (``import ale_py``) to do
+    so undisturbed, without "Overriding environment" warnings.
+    """
+    try:
+        return fn()
+    except gym.error.UnregisteredEnv:
+        if not adopt_registry(registry):
+            raise
+    return fn()
 
 
 def _close_envs(envs: list[gym.Env]) -> None:

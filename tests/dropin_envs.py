@@ -53,3 +53,20 @@ class SleepEnv(EchoEnv):
 
 def echo(**kwargs: Any):
     return lambda: EchoEnv(**kwargs)
+
+
+class FailingEnv(EchoEnv):
+    """Raises in ``reset`` for seed 1 and in ``step`` for actions >= 1 (as Gymnasium's own error test)."""
+
+    def __init__(self) -> None:
+        super().__init__(spaces.Discrete(3))
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        if kwargs.get("seed") == 1:
+            raise ValueError("Error in reset")
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if action >= 1:
+            raise ValueError(f"Error in step with {action}")
+        return super().step(action)

@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import assert_tree_equal, process_alive
-from dropin_envs import EchoEnv, SleepEnv, StrictResetEnv, echo
+from dropin_envs import EchoEnv, FailingEnv, SleepEnv, StrictResetEnv, echo
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
@@ -143,6 +143,46 @@ def test_actions_reach_the_env_in_the_callers_dtype_as_in_subproc_vec_env():
         for dtype in (np.int64, np.int32, np.uint8):
             actions = np.array([2, 1], dtype=dtype)
             assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), str(dtype))
+
+
+def failures_as_logged(cls: type, call: Any, envs_per_worker: dict) -> tuple[list[str], BaseException]:
+    """Run ``call`` on a vec env of FailingEnvs: the warnings (tracebacks cut to their last line), and the error."""
+    envs = cls([FailingEnv] * 3, **envs_per_worker)
+    try:
+        envs.reset(seed=[0, 0, 0])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(ValueError) as error:
+                call(envs)
+    finally:
+        envs.close()
+    return [str(w.message).rstrip("\x1b[0m").strip().splitlines()[-1] for w in caught], error.value
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda envs: envs.reset(seed=[1, 0, 1]), lambda envs: envs.step([0, 1, 2])],
+    ids=["reset", "step"],
+)
+def test_env_failures_are_logged_and_raised_as_async_vector_env_does(call):
+    """Every failing env is logged (its traceback), then the last failure is raised, even when the
+    failing envs share a worker process (the worker steps its other envs all the same)."""
+    expected, expected_error = failures_as_logged(AsyncVectorEnv, call, {})
+    got, got_error = failures_as_logged(ShmVectorEnv, call, {"envs_per_worker": 3})
+    # AsyncVectorEnv logs in the order its workers happen to report (its own test says the order is
+    # random) and raises the last of them; the set of messages and the closing line are fixed
+    assert sorted(got) == sorted(expected) and got[-1] == expected[-1]
+    failures = [line for line in expected if line.startswith("ValueError")]
+    assert isinstance(got_error, ValueError) and any(str(got_error).count(f.split(": ", 1)[1]) for f in failures)
+
+
+def test_one_element_actions_given_as_scalars_reach_the_env_as_scalars():
+    fns = [echo(action_space=spaces.Box(0, 1, (1,), np.float32))] * 3
+    with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
+        ours.reset()
+        reference.reset()
+        for actions in (np.array([0, 1, 0]), np.array([0.5, 0.25, 1.0]), np.array([[0.5], [0.25], [1.0]], np.float32)):
+            assert_tree_equal(ours.step(actions)[4], reference.step(actions)[4], repr(actions))
 
 
 DYNAMIC_ACTION_SPACES = {

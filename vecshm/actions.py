@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.buffers import Buffers, BufferSpec, action_dtypes
+from vecshm.buffers import Buffers, BufferSpec, action_dtypes, scalar_rows_allowed
 from vecshm.layout import Leaf, assemble, flatten
 
 __all__ = ["ActionWriter", "batch_actions", "checked_actions", "is_per_env"]
@@ -107,10 +107,15 @@ class ActionWriter:
         b = self.buffers
         rows = slice(None) if env_ids is None else env_ids
         for i, (leaf, value) in enumerate(zip(self.spec.action_fixed, values)):
-            array = checked_actions(leaf, value, count, self.space)
+            scalar_rows = scalar_rows_allowed(leaf) and np.shape(value) == (count,)
+            array = checked_actions(
+                leaf, np.reshape(value, (count, *leaf.shape)) if scalar_rows else value, count, self.space
+            )
             code = self.codes[i].get(array.dtype)
             if code is None:  # a dtype without a view of its own: the space's dtype carries it
                 array, code = array.astype(leaf.dtype), self.codes[i][leaf.dtype]
+            if scalar_rows:
+                array, code = array.reshape(count), code + len(self.codes[i])
             b.actions[i][code][rows] = array
             if env_ids is not None or self.written[i] != code:
                 b.action_codes[rows, i] = code

@@ -150,7 +150,18 @@ class Buffers:
                 delattr(self, name)
 
 
+def scalar_rows_allowed(leaf: Leaf) -> bool:
+    """A leaf of one element with a shape (``Box(0, 1, (1,))``) may also be given one scalar per env,
+    which reaches the env as that scalar, as AsyncVectorEnv and SubprocVecEnv pass rows as given."""
+    return leaf.shape != () and int(np.prod(leaf.shape, dtype=np.int64)) == 1
+
+
 def _typed_views(raw: np.ndarray, leaf: Leaf) -> list[np.ndarray]:
-    """``(num_envs, *leaf.shape)`` views of one action leaf's bytes, one per dtype it may carry."""
+    """``(num_envs, *leaf.shape)`` views of one action leaf's bytes, one per dtype it may carry;
+    then, where scalar rows are allowed, ``(num_envs,)`` views (codes offset by the dtype count)."""
     elements = int(np.prod(leaf.shape, dtype=np.int64))
-    return [raw.view(dtype)[:, :elements].reshape((raw.shape[0], *leaf.shape)) for dtype in action_dtypes(leaf)]
+    dtypes = action_dtypes(leaf)
+    views = [raw.view(dtype)[:, :elements].reshape((raw.shape[0], *leaf.shape)) for dtype in dtypes]
+    if scalar_rows_allowed(leaf):
+        views += [raw.view(dtype)[:, 0] for dtype in dtypes]
+    return views

@@ -30,7 +30,7 @@ from vecshm.errors import (
     FailedError,
     SpaceMismatchError,
     VecShmError,
-    remote_error,
+    remote_errors,
 )
 from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
@@ -369,15 +369,14 @@ class Engine:
         if (statuses == _OK).all():
             return
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        first_error = None
+        records = []
         for w, status in zip(done.tolist(), statuses.tolist()):
             if status == Status.OK_PIPED_INFOS:
                 self.piped.update(self.pool.recv(w, deadline, during))
             elif status == Status.ERROR:
-                record = self.pool.recv(w, deadline, during)
-                first_error = first_error or remote_error(record)
-        if first_error is not None:
-            raise first_error
+                records += self.pool.recv(w, deadline, during)
+        if records:
+            raise remote_errors(records)
 
     # -- async batches: workers in flight, results taken as they come ---------------------------
 
@@ -481,17 +480,17 @@ class Engine:
             self.pool.conns[w].send((op, by_worker[w], args))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         results: dict[int, Any] = {}
-        error = None
+        records = []
         try:
             for w in workers.tolist():
                 kind, payload = self.pool.recv(w, deadline, op.name.lower())
                 if kind == "error":
-                    error = error or remote_error(payload)
+                    records += payload
                 else:
                     results.update(zip(by_worker[w], payload))
         except VecShmError as failure:
             self._fail(failure)
             raise
-        if error is not None:
-            raise error
+        if records:
+            raise remote_errors(records)
         return [results[i] for i in ids]

@@ -21,6 +21,7 @@ __all__ = [
     "StepTimeoutError",
     "RemoteError",
     "remote_error",
+    "remote_errors",
 ]
 
 
@@ -67,6 +68,7 @@ class WorkerError(VecShmError, RuntimeError):
     command: str = ""
     remote_type: str = ""
     remote_traceback: str = ""
+    errors: list[WorkerError] = []  # every env's failure in the same command, this one included
 
 
 class WorkerDiedError(VecShmError, RuntimeError):
@@ -138,3 +140,13 @@ def remote_error(record: RemoteError) -> WorkerError:
     error.remote_type = record.type_name
     error.remote_traceback = record.traceback
     return error
+
+
+def remote_errors(records: list[RemoteError]) -> WorkerError:
+    """The exception to raise for several envs' failures in one command: the first env's, with
+    every failure, in env order, in its ``errors`` (the Gymnasium facade logs and raises as
+    AsyncVectorEnv does from these)."""
+    errors = [remote_error(record) for record in sorted(records, key=lambda r: (r.env_index is None, r.env_index))]
+    for error in errors:
+        error.errors = errors
+    return errors[0]

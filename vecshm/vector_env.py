@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from typing import Any
 
@@ -16,7 +17,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
-from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError
+from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
 from vecshm.protocol import AutoReset, CallOp
 
 __all__ = ["ShmVectorEnv"]
@@ -160,7 +161,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
+            with _raised_as_async_vector_env():
+                self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
         finally:
             self._state = _State.DEFAULT
         infos: dict[str, Any] = {}
@@ -186,7 +188,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
         try:
-            self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
+            with _raised_as_async_vector_env():
+                self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
         finally:
             self._state = _State.DEFAULT
         return self._results(None)
@@ -235,7 +238,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         Infos are batched over the returned envs (masks of length ``batch_size``), in ``env_ids`` order.
         """
         self._assert_is_running()
-        env_ids = self._batches.recv(timeout)
+        with _raised_as_async_vector_env():
+            env_ids = self._batches.recv(timeout)
         self._last_batch = env_ids
         return (*self._results(env_ids), env_ids)
 
@@ -258,7 +262,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._state = _State.DEFAULT
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+        with _raised_as_async_vector_env():
+            return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -273,8 +278,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
         self._expect_state(_State.DEFAULT, "set_attr")
-        for i, value in enumerate(values):
-            self._engine.call(CallOp.SET_ATTR, [i], name, value, True)
+        with _raised_as_async_vector_env():
+            for i, value in enumerate(values):
+                self._engine.call(CallOp.SET_ATTR, [i], name, value, True)
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
@@ -336,6 +342,22 @@ class ShmVectorEnv(gym.vector.VectorEnv):
     def _expect_pending(self, state: _State, call: str, opener: str) -> None:
         if self._state is not state:
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
+
+
+@contextlib.contextmanager
+def _raised_as_async_vector_env() -> Iterator[None]:
+    """Env failures logged and raised as AsyncVectorEnv does: each failing env's traceback through
+    ``gymnasium.logger.error``, then the last failure raised (still a ``WorkerError`` with the env
+    index and command, and an instance of the env's own exception type)."""
+    try:
+        yield
+    except WorkerError as error:
+        errors = error.errors or [error]
+        for failure in errors:
+            logger.error(f"Received the following error from Worker-{failure.env_index} - Shutting it down")
+            logger.error(f"{failure.remote_traceback}")
+        logger.error("Raising the last exception back to the main process.")
+        raise errors[-1] from None
 
 
 def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: Any) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 
 from vecshm.affinity import apply_worker_settings
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec, action_dtypes
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
@@ -43,10 +43,10 @@ PR_SET_PDEATHSIG = 1
 
 
 class _EnvFailure(Exception):
-    """Carries the record of an env's exception out of the per-env loop."""
+    """Carries the records of the envs' exceptions out of the per-env loop."""
 
-    def __init__(self, record: RemoteError) -> None:
-        self.record = record
+    def __init__(self, records: list[RemoteError]) -> None:
+        self.records = records
 
 
 class ObservationError(ValueError):
@@ -244,7 +244,7 @@ class EnvRunner:
             return
         self.piped = {}
         self.obs_target = self.buffers.obs_slots[int(self.buffers.obs_slot[self.spec.index])]
-        error: RemoteError | None = None
+        errors: list[RemoteError] = []
         try:
             if command is Command.STEP:
                 dynamic = self.conn.recv() if self.action_dynamic else {}
@@ -252,12 +252,12 @@ class EnvRunner:
             else:
                 self._reset_all(self.conn.recv())
         except _EnvFailure as failure:
-            error = failure.record
-        self._publish(seq, error)
+            errors = failure.records
+        self._publish(seq, errors)
 
-    def _publish(self, seq: int, error: RemoteError | None) -> None:
+    def _publish(self, seq: int, errors: list[RemoteError]) -> None:
         me = self.spec.index
-        if error is not None:
+        if errors:
             status = Status.ERROR
         else:
             status = Status.OK_PIPED_INFOS if self.piped else Status.OK
@@ -265,48 +265,64 @@ class EnvRunner:
         self.buffers.done_seq[me] = seq
         self.spec.done_bell.ring()
         # Anything large goes after the bell, so the parent is already reading when we send.
-        if error is not None:
-            self.conn.send(error)
+        if errors:
+            self.conn.send(errors)
         elif self.piped:
             self.conn.send(self.piped)
 
     # -- step and reset ---------------------------------------------------------------------------
 
     def _step_all(self, action_of: Callable[[int], Any]) -> None:
-        """Step every env; scalars are gathered in lists and written once per command."""
+        """Step every env; scalars are gathered in lists and written once per command.
+
+        An env that raises does not stop the others (each would run in its own process under
+        AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
+        """
         b = self.buffers
         start, stop = self.start, self.start + len(self.envs)
         rewards, terminated, truncated = [], [], []
-        index = start
+        failures: list[RemoteError] = []
         b.final_info_len[start:stop] = INFO_EMPTY
+        for offset, env in enumerate(self.envs):
+            index = start + offset
+            b.progress[self.spec.index] = index
+            try:
+                reward, term, trunc = self._step_one(offset, env, index, action_of)
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, "step"))
+                reward, term, trunc = 0.0, False, False
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
         try:
-            for offset, env in enumerate(self.envs):
-                index = start + offset
-                b.progress[self.spec.index] = index
-                if self.needs_reset[offset]:
-                    obs, info = env.reset()
-                    self.needs_reset[offset] = False
-                    reward, term, trunc = 0.0, False, False
-                else:
-                    obs, reward, term, trunc, info = env.step(action_of(index))
-                    if term or trunc:
-                        if self.autoreset is AutoReset.SAME_STEP:
-                            self._write_obs(b.final_obs, index, obs, "final_obs")
-                            self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
-                            obs, info = env.reset()
-                        elif self.autoreset is AutoReset.NEXT_STEP:
-                            self.needs_reset[offset] = True
-                rewards.append(reward)
-                terminated.append(term)
-                truncated.append(trunc)
-                self._write_obs(self.obs_target, index, obs, "obs")
-                self.last_obs[offset] = obs
-                self._write_info(b.info_len, b.info_arena, index, info, "info")
             b.rewards[start:stop] = rewards
             b.terminated[start:stop] = terminated
             b.truncated[start:stop] = truncated
-        except Exception as exc:
-            raise _EnvFailure(RemoteError(exc, index, "step")) from None
+        except Exception as exc:  # a reward or flag that is not a number
+            failures.append(RemoteError(exc, start, "step"))
+        if failures:
+            raise _EnvFailure(failures)
+
+    def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
+        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results."""
+        b = self.buffers
+        if self.needs_reset[offset]:
+            obs, info = env.reset()
+            self.needs_reset[offset] = False
+            reward, term, trunc = 0.0, False, False
+        else:
+            obs, reward, term, trunc, info = env.step(action_of(index))
+            if term or trunc:
+                if self.autoreset is AutoReset.SAME_STEP:
+                    self._write_obs(b.final_obs, index, obs, "final_obs")
+                    self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+                    obs, info = env.reset()
+                elif self.autoreset is AutoReset.NEXT_STEP:
+                    self.needs_reset[offset] = True
+        self._write_obs(self.obs_target, index, obs, "obs")
+        self.last_obs[offset] = obs
+        self._write_info(b.info_len, b.info_arena, index, info, "info")
+        return reward, term, trunc
 
     def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
         """Built once: per step command, a function from env index to that env's action.
@@ -318,21 +334,28 @@ class EnvRunner:
         b = self.buffers
         fixed, all_leaves, start = b.spec.action_fixed, b.spec.action_leaves, self.start
         codes = b.action_codes[start : start + len(self.envs)]
-        scalar = [leaf.shape == () for leaf in fixed]
+        # per leaf and code: whether a row is a scalar (nothing to copy) or an array view (copied)
+        scalar = [
+            [leaf.shape == () or code >= len(action_dtypes(leaf)) for code in range(len(views))]
+            for leaf, views in zip(fixed, b.actions)
+        ]
         structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
 
         if len(all_leaves) == 1 and fixed and not structured:
-            views, column = b.actions[0], codes[:, 0]
+            views, column, is_scalar = b.actions[0], codes[:, 0], scalar[0]
 
             def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
                 kinds = set(column.tolist())
                 if len(kinds) == 1:
-                    view = views[kinds.pop()]
-                    return view.__getitem__ if scalar[0] else lambda index: view[index].copy()  # a scalar is a copy
+                    code = kinds.pop()
+                    view = views[code]
+                    return view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
                 per_env = column.tolist()
-                if scalar[0]:
-                    return lambda index: views[per_env[index - start]][index]
-                return lambda index: views[per_env[index - start]][index].copy()
+                return lambda index: (
+                    views[per_env[index - start]][index]
+                    if is_scalar[per_env[index - start]]
+                    else views[per_env[index - start]][index].copy()
+                )
 
             return one_leaf
 
@@ -342,7 +365,7 @@ class EnvRunner:
             def read(index: int) -> Any:
                 row = rows[index - start]
                 values = [
-                    views[row[i]][index] if scalar[i] else views[row[i]][index].copy()
+                    views[row[i]][index] if scalar[i][row[i]] else views[row[i]][index].copy()
                     for i, views in enumerate(b.actions)
                 ]
                 if dynamic:
@@ -379,11 +402,12 @@ class EnvRunner:
             self._write_blob(*lane, index, dynamic, kind)
 
     def _reset_all(self, requests: list[dict[str, Any] | None]) -> None:
+        """Reset the requested envs; as for steps, one env's failure does not stop the others."""
         b = self.buffers
-        index = self.start
-        try:
-            for offset, (env, request) in enumerate(zip(self.envs, requests)):
-                index = self.start + offset
+        failures: list[RemoteError] = []
+        for offset, (env, request) in enumerate(zip(self.envs, requests)):
+            index = self.start + offset
+            try:
                 if request is None:  # not part of a partial reset: its latest observation stays
                     if self.last_obs[offset] is not None:
                         self._write_obs(self.obs_target, index, self.last_obs[offset], "obs")
@@ -398,8 +422,10 @@ class EnvRunner:
                 b.final_info_len[index] = INFO_EMPTY
                 self._write_obs(self.obs_target, index, obs, "obs")
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
-        except Exception as exc:
-            raise _EnvFailure(RemoteError(exc, index, "reset")) from None
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, "reset"))
+        if failures:
+            raise _EnvFailure(failures)
 
     def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
         if not info:
@@ -424,15 +450,14 @@ class EnvRunner:
 
     def _call(self) -> None:
         op, indices, args = self.conn.recv()
-        results = []
+        results, failures = [], []
         for index in indices:
             try:
                 results.append(_CALLS[op](self.envs[index - self.start], *args))
             except Exception as exc:
                 what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
-                self.conn.send(("error", RemoteError(exc, index, what)))
-                return
-        self.conn.send(("ok", results))
+                failures.append(RemoteError(exc, index, what))
+        self.conn.send(("error", failures) if failures else ("ok", results))
 
 
 def _has_attr(env: gym.Env, name: str) -> bool:

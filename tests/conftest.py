@@ -175,6 +175,8 @@ def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
             return
         assert a_arr.tobytes() == b_arr.tobytes(), f"{where}: values differ"
     else:
+        # the same value of the same type: an env's Python int must not come back as np.int64
+        assert type(a) is type(b), f"{where}: {type(a).__name__} {a!r} != {type(b).__name__} {b!r}"
         assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"
 
 

@@ -40,7 +40,7 @@ def test_gymnasium_batches_match_a_synchronous_run(no_leaks):
     obs, _ = reference.reset(seed=0)
     expected = defaultdict(list)
     for i in range(N_ENVS):
-        expected[i].append((obs[i], 0.0, False, False))
+        expected[i].append((obs[i], np.float64(0.0), np.False_, np.False_))  # a reset's row, as arrays give it
     for k in range(max(len(h) for h in histories.values())):
         obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
         for i in range(N_ENVS):
@@ -68,7 +68,7 @@ def test_sb3_batches_match_a_synchronous_run(no_leaks):
     reference = SB3DummyVecEnv(fns())
     reference.seed(4)
     obs = reference.reset()
-    expected = {i: [(obs[i], 0.0, False, None)] for i in range(N_ENVS)}
+    expected = {i: [(obs[i], np.float32(0.0), np.False_, None)] for i in range(N_ENVS)}  # as arrays give it
     for k in range(max(len(h) for h in histories.values())):
         obs, rewards, dones, infos = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
         for i in range(N_ENVS):

@@ -95,7 +95,9 @@ def env_value(space: spaces.Space, batch: Any, i: int) -> Any:
         return {key: env_value(sub, batch[key], i) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return tuple(env_value(sub, batch[k], i) for k, sub in enumerate(space.spaces))
-    return batch[i]
+    value = batch[i]
+    # SB3's facade stacks strings as SubprocVecEnv does (an array of np.str_); Gymnasium keeps str
+    return str(value) if isinstance(value, np.str_) else value
 
 
 def final_value(space: spaces.Space, final_obs: Any, i: int) -> Any:

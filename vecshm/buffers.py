@@ -73,7 +73,7 @@ class BufferSpec:
 
     def plan(self) -> SegmentPlan:
         n, w = self.num_envs, self.num_workers
-        blob_bytes = self.info_bytes if self.obs_dynamic else 0
+        blob_bytes = self.info_bytes if self.obs_dynamic else 0  # the dynamic leaves of each env's observation
         arrays: list[tuple[str, tuple[int, ...], np.dtype]] = [
             ("cmd_seq", (w,), np.dtype(np.int64)),
             ("cmd", (w,), np.dtype(np.int64)),
@@ -91,13 +91,13 @@ class BufferSpec:
             ("obs_blob_len", (n,), np.dtype(np.int64)),
             ("final_obs_blob_len", (n,), np.dtype(np.int64)),
             ("obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
-            ("final_obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
+            ("final_obs_blob_arena", (n, self.info_bytes), np.dtype(np.uint8)),  # whole final obs, pickled
             ("act_dtype", (n, max(1, len(self.action_fixed))), np.dtype(np.int64)),
         ]
         arrays += [
             (f"act:{i}", (n, _action_row_bytes(leaf)), np.dtype(np.uint8)) for i, leaf in enumerate(self.action_fixed)
         ]
-        for prefix in ["final"] + [f"obs{slot}" for slot in range(self.obs_slots)]:
+        for prefix in [f"obs{slot}" for slot in range(self.obs_slots)]:
             arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
         return SegmentPlan(arrays)
 
@@ -107,7 +107,7 @@ class BufferSpec:
 
 
 class Buffers:
-    """Named views of the segment; ``final_obs``, ``actions`` and each of ``obs_slots`` are lists in fixed-leaf order.
+    """Named views of the segment; ``actions`` and each of ``obs_slots`` are lists in fixed-leaf order.
 
     ``actions[i][code]`` views action leaf ``i`` as the dtype ``action_dtypes(leaf)[code]``;
     ``action_codes[env, i]`` says which one holds each env's action.
@@ -141,7 +141,6 @@ class Buffers:
         self.actions = [_typed_views(views[f"act:{i}"], leaf) for i, leaf in enumerate(spec.action_fixed)]
         leaf_count = len(spec.obs_fixed)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
-        self.final_obs = [views[f"final:{i}"] for i in range(leaf_count)]
 
     def release(self) -> None:
         """Drop every view so the mapping can be closed."""

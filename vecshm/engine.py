@@ -130,6 +130,7 @@ class Engine:
         self.restart_workers = on_worker_failure == "restart"
         self.restarts: dict[int, int] = {}
         self.restarted_envs: list[int] = []
+        self.restart_finals: dict[int, Any] = {}  # env -> the final observation a worker restart gave it
         if getattr(mp.current_process(), "_inheriting", False):
             raise RuntimeError(
                 "a vec env is being created while this process starts up as a worker: the main script creates "
@@ -285,6 +286,7 @@ class Engine:
         """
         need = len(workers) if need is None else need
         self.restarted_envs = []
+        self.restart_finals = {}
         try:
             done = self._wait(workers, need, during, self.timeout if timeout is None else timeout)[:need]
             self._gather(done, during)
@@ -349,12 +351,9 @@ class Engine:
         )
         self._watch.remove(process.sentinel)
         del self._sentinels[process.sentinel]
-        b = self.buffers
-        last = b.obs_slots[self.previous_slot[w]]
-        for obs, final in zip(last, b.final_obs):  # the last observation we have ends the lost episode
-            final[start:stop] = obs[start:stop]
-        b.final_obs_blob_len[start:stop] = b.obs_blob_len[start:stop]
-        b.final_obs_blob_arena[start:stop] = b.obs_blob_arena[start:stop]
+        last_slot = int(self.previous_slot[w])
+        for i in range(start, stop):  # the last observation we have ends the lost episode
+            self.restart_finals[i] = self._observation_of(i, last_slot)
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
@@ -427,9 +426,16 @@ class Engine:
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 
     def final_observation(self, env_index: int) -> Any:
-        """A copy of the last observation of the episode env ``env_index`` just ended."""
-        fixed = [a[env_index].copy() for a in self.buffers.final_obs]
-        dynamic = self._blob("final_obs", env_index) if self.spec.obs_dynamic else []
+        """The last observation of the episode env ``env_index`` just ended, as the env returned it
+        (or, for a restarted worker's env, the last observation the parent saw)."""
+        if env_index in self.restart_finals:
+            return self.restart_finals[env_index]
+        return self._blob("final_obs", env_index)
+
+    def _observation_of(self, env_index: int, slot: int) -> Any:
+        """A copy of one env's observation as written to ``slot`` by the last command."""
+        fixed = [a[env_index].copy() for a in self.buffers.obs_slots[slot]]
+        dynamic = self._blob("obs", env_index) if self.spec.obs_dynamic else []
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 
     def _blob(self, kind: str, env_index: int) -> Any:

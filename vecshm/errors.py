@@ -57,8 +57,13 @@ class InvalidArgumentError(VecShmError, ValueError, AssertionError):
     """A bad argument to a wrapper; also an ``AssertionError`` where SB3 checks the same with ``assert``."""
 
 
-class SpaceMismatchError(VecShmError, ValueError, RuntimeError):
-    """The envs of one vec env declare different spaces (also a ``RuntimeError``, as Gymnasium raises)."""
+class SpaceMismatchError(VecShmError, ValueError, RuntimeError, AssertionError):
+    """The envs of one vec env declare different spaces.
+
+    Also a ``RuntimeError`` (AsyncVectorEnv's space check), a ``ValueError`` (Gymnasium 1.4's
+    ``batch_differing_spaces``) and an ``AssertionError`` (other Gymnasium versions'), so code
+    written against any of them catches it.
+    """
 
 
 class WorkerError(VecShmError, RuntimeError):

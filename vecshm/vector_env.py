@@ -17,7 +17,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
-from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
+from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.protocol import AutoReset, CallOp
 
 __all__ = ["ShmVectorEnv"]
@@ -391,23 +391,26 @@ def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.S
     if isinstance(observation_mode, tuple):
         single_obs = observation_mode[1]
     elif observation_mode == "different":
-        batch_differing_spaces([obs for obs, _ in env_spaces])  # AsyncVectorEnv's first check there: ValueError
+        try:  # AsyncVectorEnv's first check in this mode, with its message
+            batch_differing_spaces([obs for obs, _ in env_spaces])
+        except (ValueError, AssertionError, TypeError) as error:
+            raise SpaceMismatchError(str(error)) from error
     for obs_space, _ in env_spaces:
         same = (
             single_obs == obs_space if observation_mode == "same" else is_space_dtype_shape_equiv(single_obs, obs_space)
         )
         if not same and observation_mode == "same":
-            raise RuntimeError(
+            raise SpaceMismatchError(
                 "AsyncVectorEnv(..., observation_mode='same') however some of the sub-environments observation spaces "
                 "are not equivalent. If this is intentional, use `observation_mode='different'` instead."
             )
         if not same:
-            raise RuntimeError(
+            raise SpaceMismatchError(
                 "AsyncVectorEnv(..., observation_mode='different' or custom space) however the sub-environment's "
                 "observation spaces do not share a common shape and dtype."
             )
     if not all(action_space == single_action for _, action_space in env_spaces):
-        raise RuntimeError(
+        raise SpaceMismatchError(
             f"Some environments have an action space different from `{single_action}`. "
             "In order to batch actions, the action spaces from all environments must be equal."
         )

@@ -314,12 +314,13 @@ class EnvRunner:
             obs, reward, term, trunc, info = env.step(action_of(index))
             if term or trunc:
                 if self.autoreset is AutoReset.SAME_STEP:
-                    self._write_obs(b.final_obs, index, obs, "final_obs")
+                    # the final observation as the env returned it (the peers hand it on unchanged)
+                    self._write_blob(b.final_obs_blob_len, b.final_obs_blob_arena, index, obs, "final_obs")
                     self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
                     obs, info = env.reset()
                 elif self.autoreset is AutoReset.NEXT_STEP:
                     self.needs_reset[offset] = True
-        self._write_obs(self.obs_target, index, obs, "obs")
+        self._write_obs(self.obs_target, index, obs)
         self.last_obs[offset] = obs
         self._write_info(b.info_len, b.info_arena, index, info, "info")
         return reward, term, trunc
@@ -376,8 +377,8 @@ class EnvRunner:
 
         return any_space
 
-    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any, kind: str) -> None:
-        """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into the ``kind`` lane."""
+    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
+        """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into its arena slot."""
         if self.single_obs_leaf:
             leaf = self.obs_leaves[0]
             if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
@@ -395,11 +396,7 @@ class EnvRunner:
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
             ) from None
         if self.obs_dynamic:
-            b = self.buffers
-            lane = (
-                (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
-            )
-            self._write_blob(*lane, index, dynamic, kind)
+            self._write_blob(self.buffers.obs_blob_len, self.buffers.obs_blob_arena, index, dynamic, "obs")
 
     def _reset_all(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset the requested envs; as for steps, one env's failure does not stop the others."""
@@ -410,7 +407,7 @@ class EnvRunner:
             try:
                 if request is None:  # not part of a partial reset: its latest observation stays
                     if self.last_obs[offset] is not None:
-                        self._write_obs(self.obs_target, index, self.last_obs[offset], "obs")
+                        self._write_obs(self.obs_target, index, self.last_obs[offset])
                     continue
                 b.progress[self.spec.index] = index
                 obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
@@ -420,7 +417,7 @@ class EnvRunner:
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY
-                self._write_obs(self.obs_target, index, obs, "obs")
+                self._write_obs(self.obs_target, index, obs)
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
             except Exception as exc:
                 failures.append(RemoteError(exc, index, "reset"))

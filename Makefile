@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint format bench bench-pytest bench-full clean
+.PHONY: install test lint format bench bench-pytest bench-full bench-train clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ bench-pytest: install  ## pytest-benchmark view of the step overhead
 
 bench-full: install  ## every workload (Atari included), n_envs sweep, plot in bench-results/
 	$(BIN)/python -m vecshm.bench -w frames dict busy200 variable vector pong -n 2 8 32 -s all -r 5
+
+bench-train: install  ## end to end: SB3 PPO on Pong with vec_env_cls swapped (learner on the GPU if there is one)
+	$(BIN)/python -m vecshm.bench.train
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist

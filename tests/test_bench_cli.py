@@ -70,3 +70,18 @@ def test_unknown_names_are_clear_errors():
         get_systems(["NoSuchVecEnv"])
     with pytest.raises(SystemExit):
         main(["-w", "no-such-workload"])
+
+
+@pytest.mark.timeout(300)
+def test_training_benchmark_times_learn_and_the_vec_env_inside_it(tmp_path, capsys):
+    from vecshm.bench import train
+
+    argv = ["--env", "CartPole-v1", "-n", "2", "-t", "256", "-r", "1", "-s", "vecshm ShmVecEnv", "SB3 SubprocVecEnv"]
+    assert train.main([*argv, "--device", "cpu", "-o", str(tmp_path)]) == 0
+    runs = json.loads((tmp_path / "train.json").read_text())["runs"]
+    for name in ("vecshm ShmVecEnv", "SB3 SubprocVecEnv"):
+        (run,) = runs[name]
+        assert run["env_steps_per_s"] > 0 and 0 < run["vec_env_share"] < 1
+    table = (tmp_path / "train.md").read_text()
+    assert "| vecshm ShmVecEnv |" in table and "time inside the vec env" in table
+    assert table in capsys.readouterr().out

@@ -15,11 +15,12 @@ first share. ``--env CartPole-v1`` (an MLP policy) makes a quick run without Ata
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,26 +37,25 @@ class TimedVecEnv(VecEnvWrapper):
         super().__init__(venv)
         self.seconds = 0.0
 
-    def reset(self) -> VecEnvObs:
+    @contextlib.contextmanager
+    def _clock(self) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            return self.venv.reset()
+            yield
         finally:
             self.seconds += time.perf_counter() - start
+
+    def reset(self) -> VecEnvObs:
+        with self._clock():
+            return self.venv.reset()
 
     def step_async(self, actions: np.ndarray) -> None:
-        start = time.perf_counter()
-        try:
+        with self._clock():
             self.venv.step_async(actions)
-        finally:
-            self.seconds += time.perf_counter() - start
 
     def step_wait(self) -> VecEnvStepReturn:
-        start = time.perf_counter()
-        try:
+        with self._clock():
             return self.venv.step_wait()
-        finally:
-            self.seconds += time.perf_counter() - start
 
 
 def _shm_vec_env() -> type:

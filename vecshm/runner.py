@@ -1,0 +1,321 @@
+"""One command over a worker's envs: step, reset or a rare call, and the outcome published.
+
+``EnvRunner`` knows nothing of processes or sockets beyond the worker's control connection: the
+worker loop (:mod:`vecshm.worker`) wakes it with a command, and it steps its slice of envs, writes
+observations, rewards, flags and infos into the shared buffers, and rings the parent's doorbell.
+Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw results.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, action_dtypes
+from vecshm.env_util import is_wrapped
+from vecshm.errors import RemoteError
+from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
+from vecshm.protocol import AutoReset, CallOp, Command, Status
+
+if TYPE_CHECKING:
+    from vecshm.worker import WorkerSpec
+
+__all__ = ["EnvRunner", "ObservationError"]
+
+
+class _EnvFailure(Exception):
+    """Carries the records of the envs' exceptions out of the per-env loop."""
+
+    def __init__(self, records: list[RemoteError]) -> None:
+        self.records = records
+
+
+class ObservationError(ValueError):
+    """An env returned an observation that does not fit its declared observation space."""
+
+
+class EnvRunner:
+    """Runs one command over the worker's envs and publishes the outcome."""
+
+    def __init__(self, spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers) -> None:
+        self.spec = spec
+        self.envs = envs
+        self.buffers = buffers
+        self.start = spec.env_start
+        self.conn = spec.conn
+        self.obs_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        layout = buffers.spec
+        self.obs_leaves = layout.obs_leaves
+        self.obs_fixed = layout.obs_fixed
+        self.obs_dynamic = layout.obs_dynamic
+        self.action_dynamic = layout.action_dynamic
+        self.single_obs_leaf = (
+            len(self.obs_leaves) == 1
+            and not self.obs_dynamic
+            and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        )
+        self.action_reader = self._action_reader()
+        self.needs_reset = [False] * len(envs)
+        self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
+        self.obs_target = buffers.obs_slots[0]  # the slot this command writes, chosen by the parent
+        self.autoreset = spec.autoreset
+        self.piped: dict[tuple[str, int], bytes] = {}
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def run(self, command: Command, seq: int) -> None:
+        if command is Command.CALL:
+            self._call()
+            return
+        self.piped = {}
+        self.obs_target = self.buffers.obs_slots[int(self.buffers.obs_slot[self.spec.index])]
+        errors: list[RemoteError] = []
+        try:
+            if command is Command.STEP:
+                dynamic = self.conn.recv() if self.action_dynamic else {}
+                self._step_all(self.action_reader(dynamic))
+            else:
+                self._reset_all(self.conn.recv())
+        except _EnvFailure as failure:
+            errors = failure.records
+        self._publish(seq, errors)
+
+    def _publish(self, seq: int, errors: list[RemoteError]) -> None:
+        me = self.spec.index
+        if errors:
+            status = Status.ERROR
+        else:
+            status = Status.OK_PIPED_INFOS if self.piped else Status.OK
+        self.buffers.status[me] = status
+        self.buffers.done_seq[me] = seq
+        self.spec.done_bell.ring()
+        # Anything large goes after the bell, so the parent is already reading when we send.
+        if errors:
+            self.conn.send(errors)
+        elif self.piped:
+            self.conn.send(self.piped)
+
+    # -- step and reset ---------------------------------------------------------------------------
+
+    def _step_all(self, action_of: Callable[[int], Any]) -> None:
+        """Step every env; scalars are gathered in lists and written once per command.
+
+        An env that raises does not stop the others (each would run in its own process under
+        AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
+        """
+        b = self.buffers
+        start, stop = self.start, self.start + len(self.envs)
+        rewards, terminated, truncated = [], [], []
+        failures: list[RemoteError] = []
+        b.final_info_len[start:stop] = INFO_EMPTY
+        for offset, env in enumerate(self.envs):
+            index = start + offset
+            b.progress[self.spec.index] = index
+            try:
+                reward, term, trunc = self._step_one(offset, env, index, action_of)
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, "step"))
+                reward, term, trunc = 0.0, False, False
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
+        try:
+            b.rewards[start:stop] = rewards
+            b.terminated[start:stop] = terminated
+            b.truncated[start:stop] = truncated
+        except Exception as exc:  # a reward or flag that is not a number
+            failures.append(RemoteError(exc, start, "step"))
+        if failures:
+            raise _EnvFailure(failures)
+
+    def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
+        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results."""
+        b = self.buffers
+        if self.needs_reset[offset]:
+            obs, info = env.reset()
+            self.needs_reset[offset] = False
+            reward, term, trunc = 0.0, False, False
+        else:
+            obs, reward, term, trunc, info = env.step(action_of(index))
+            if term or trunc:
+                if self.autoreset is AutoReset.SAME_STEP:
+                    # the final observation as the env returned it (the peers hand it on unchanged)
+                    self._write_blob(b.final_obs_blob_len, b.final_obs_blob_arena, index, obs, "final_obs")
+                    self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+                    obs, info = env.reset()
+                elif self.autoreset is AutoReset.NEXT_STEP:
+                    self.needs_reset[offset] = True
+        self._write_obs(self.obs_target, index, obs)
+        self.last_obs[offset] = obs
+        self._write_info(b.info_len, b.info_arena, index, info, "info")
+        return reward, term, trunc
+
+    def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
+        """Built once: per step command, a function from env index to that env's action.
+
+        Rows are read in the dtype the parent wrote them in: the slice's dtype codes are read once
+        per command, and when they agree (the usual case) one view serves every env. Leaves that
+        are not in shared memory come from the command's ``dynamic`` values, by env index.
+        """
+        b = self.buffers
+        fixed, all_leaves, start = b.spec.action_fixed, b.spec.action_leaves, self.start
+        codes = b.action_codes[start : start + len(self.envs)]
+        # per leaf and code: whether a row is a scalar (nothing to copy) or an array view (copied)
+        scalar = [
+            [leaf.shape == () or code >= len(action_dtypes(leaf)) for code in range(len(views))]
+            for leaf, views in zip(fixed, b.actions)
+        ]
+        structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+        if len(all_leaves) == 1 and fixed and not structured:
+            views, column, is_scalar = b.actions[0], codes[:, 0], scalar[0]
+
+            def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+                kinds = set(column.tolist())
+                if len(kinds) == 1:
+                    code = kinds.pop()
+                    view = views[code]
+                    return view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
+                per_env = column.tolist()
+                return lambda index: (
+                    views[per_env[index - start]][index]
+                    if is_scalar[per_env[index - start]]
+                    else views[per_env[index - start]][index].copy()
+                )
+
+            return one_leaf
+
+        def any_space(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+            rows = codes.tolist()
+
+            def read(index: int) -> Any:
+                row = rows[index - start]
+                values = [
+                    views[row[i]][index] if scalar[i][row[i]] else views[row[i]][index].copy()
+                    for i, views in enumerate(b.actions)
+                ]
+                if dynamic:
+                    values = merge_leaves(all_leaves, values, dynamic[index])
+                return assemble(self.action_space, values)
+
+            return read
+
+        return any_space
+
+    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
+        """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into its arena slot."""
+        if self.single_obs_leaf:
+            leaf = self.obs_leaves[0]
+            if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
+                arrays[0][index] = obs  # the common case: one memcpy, nothing to check
+                return
+        try:
+            values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
+            if self.obs_dynamic:
+                dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
+                values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]
+            for leaf, array, value in zip(self.obs_fixed, arrays, values):
+                array[index] = check_leaf_value(leaf, value)
+        except ValueError as exc:
+            raise ObservationError(
+                f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
+            ) from None
+        if self.obs_dynamic:
+            self._write_blob(self.buffers.obs_blob_len, self.buffers.obs_blob_arena, index, dynamic, "obs")
+
+    def _reset_all(self, requests: list[dict[str, Any] | None]) -> None:
+        """Reset the requested envs; as for steps, one env's failure does not stop the others."""
+        b = self.buffers
+        failures: list[RemoteError] = []
+        for offset, (env, request) in enumerate(zip(self.envs, requests)):
+            index = self.start + offset
+            try:
+                if request is None:  # not part of a partial reset: its latest observation stays
+                    if self.last_obs[offset] is not None:
+                        self._write_obs(self.obs_target, index, self.last_obs[offset])
+                    continue
+                b.progress[self.spec.index] = index
+                obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
+                self.needs_reset[offset] = False
+                self.last_obs[offset] = obs
+                b.rewards[index] = 0.0
+                b.terminated[index] = False
+                b.truncated[index] = False
+                b.final_info_len[index] = INFO_EMPTY
+                self._write_obs(self.obs_target, index, obs)
+                self._write_info(b.info_len, b.info_arena, index, info, "info")
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, "reset"))
+        if failures:
+            raise _EnvFailure(failures)
+
+    def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
+        if not info:
+            lengths[index] = INFO_EMPTY
+            return
+        self._write_blob(lengths, arena, index, info, kind)
+
+    def _write_blob(self, lengths: np.ndarray, arena: np.ndarray, index: int, value: Any, kind: str) -> None:
+        """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
+        try:
+            blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            blob = cloudpickle.dumps(value)
+        if len(blob) <= arena.shape[1]:
+            arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+            lengths[index] = len(blob)
+        else:
+            lengths[index] = INFO_PIPED
+            self.piped[(kind, index)] = blob
+
+    # -- rare calls -------------------------------------------------------------------------------
+
+    def _call(self) -> None:
+        op, indices, args = self.conn.recv()
+        results, failures = [], []
+        for index in indices:
+            try:
+                results.append(_CALLS[op](self.envs[index - self.start], *args))
+            except Exception as exc:
+                what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
+                failures.append(RemoteError(exc, index, what))
+        self.conn.send(("error", failures) if failures else ("ok", results))
+
+
+def _has_attr(env: gym.Env, name: str) -> bool:
+    try:
+        env.get_wrapper_attr(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _set_attr(env: gym.Env, name: str, value: Any, through_wrappers: bool) -> None:
+    if through_wrappers:
+        env.set_wrapper_attr(name, value)
+    else:
+        setattr(env, name, value)
+
+
+def _env_method(env: gym.Env, name: str, args: tuple, kwargs: dict, call_if_callable: bool) -> Any:
+    attr = env.get_wrapper_attr(name)
+    if call_if_callable and not callable(attr):
+        return attr
+    return attr(*args, **kwargs)
+
+
+_CALLS: dict[int, Callable[..., Any]] = {
+    CallOp.GET_ATTR: lambda env, name: env.get_wrapper_attr(name),
+    CallOp.SET_ATTR: _set_attr,
+    CallOp.HAS_ATTR: _has_attr,
+    CallOp.ENV_METHOD: _env_method,
+    CallOp.IS_WRAPPED: is_wrapped,
+    CallOp.RENDER: lambda env: env.render(),
+    CallOp.GET_SPACES: lambda env: (env.observation_space, env.action_space),
+}

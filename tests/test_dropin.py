@@ -7,6 +7,8 @@ script without a main guard, a platform without eventfd/memfd).
 
 from __future__ import annotations
 
+import copy
+import functools
 import subprocess
 import sys
 import textwrap
@@ -14,10 +16,11 @@ import warnings
 from contextlib import closing
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from conftest import assert_tree_equal, process_alive
+from conftest import DYNAMIC_SPACES, assert_tree_equal, process_alive
 from dropin_envs import EchoEnv, FailingEnv, SleepEnv, StrictResetEnv, echo
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
@@ -201,6 +204,35 @@ def test_dynamic_action_spaces_reach_the_env_as_in_async_vector_env(key, no_leak
         for t in range(5):
             actions = reference.action_space.sample()
             assert_tree_equal(ours.step(actions)[4], reference.step(actions)[4], f"step {t}")
+
+
+class MirrorEnv(gym.Env):
+    """Observes its last action, so every action leaf makes the round trip back through the vec env."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.observation_space = copy.deepcopy(space)
+        self.action_space = copy.deepcopy(space)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert action in self.action_space, f"{action!r} is not in {self.action_space}"
+        return action, 0.0, False, False, {"action_type": type(action).__name__}
+
+
+@pytest.mark.parametrize("key", sorted(DYNAMIC_SPACES))
+def test_every_dynamic_space_as_observation_and_action_matches_async_vector_env(key):
+    fns = [functools.partial(MirrorEnv, DYNAMIC_SPACES[key])] * 3
+    with ShmVectorEnv(fns, envs_per_worker=2) as ours, closing(AsyncVectorEnv(fns, shared_memory=False)) as reference:
+        assert ours.action_space == reference.action_space
+        assert_tree_equal(ours.reset(seed=3), reference.reset(seed=3), "reset")
+        reference.action_space.seed(9)
+        for t in range(4):
+            actions = reference.action_space.sample()
+            assert_tree_equal(ours.step(actions), reference.step(actions), f"step {t}")
 
 
 def test_a_text_action_space_reaches_the_env_as_in_subproc_vec_env():

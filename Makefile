@@ -13,7 +13,8 @@ install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plo
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e '.[dev]'
 
-PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py
+PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py \
+	tests/test_lifecycle.py tests/test_errors.py
 
 test: install  ## the README's test command: the suite, the parity tests again on the portable path, SB3's own tests
 	$(BIN)/python -m pytest -q

@@ -190,6 +190,7 @@ class Engine:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
         reported = self.pool.collect_ready(deadline)
         check_spaces(reported)
+        self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them
         self.observation_space, self.action_space = reported[0]
         self.spec = BufferSpec(
             self.observation_space,
@@ -445,15 +446,19 @@ class Engine:
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 
     def _blob(self, kind: str, env_index: int) -> Any:
-        """Env ``env_index``'s pickled dynamic observation leaves of the last command (``kind``: obs or final_obs)."""
+        """What the last command pickled for env ``env_index``: ``obs``, its observation's dynamic
+        leaves; ``final_obs``, the whole final observation of the episode it ended."""
         b = self.buffers
         lengths, arena = (
             (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
         )
-        n = int(lengths[env_index])
-        if n == INFO_PIPED:
+        return self._unpickle(kind, env_index, int(lengths[env_index]), arena)
+
+    def _unpickle(self, kind: str, env_index: int, length: int, arena: np.ndarray) -> Any:
+        """One env's value from its arena slot, or from the socket when it did not fit (``INFO_PIPED``)."""
+        if length == INFO_PIPED:
             return pickle.loads(self.piped[(kind, env_index)])
-        return pickle.loads(arena[env_index, :n].tobytes())
+        return pickle.loads(arena[env_index, :length].tobytes())
 
     def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""
@@ -462,13 +467,7 @@ class Engine:
         out: list[dict[str, Any]] = []
         sizes = lengths.tolist()
         for i in env_ids:
-            n = sizes[i]
-            if n == INFO_EMPTY:
-                out.append({})
-            elif n == INFO_PIPED:
-                out.append(pickle.loads(self.piped[(kind, i)]))
-            else:
-                out.append(pickle.loads(arena[i, :n].tobytes()))
+            out.append({} if sizes[i] == INFO_EMPTY else self._unpickle(kind, i, sizes[i], arena))
         return out
 
     # -- rare calls -------------------------------------------------------------------------------

@@ -41,4 +41,3 @@ class CallOp(IntEnum):
     ENV_METHOD = 4
     IS_WRAPPED = 5
     RENDER = 6
-    GET_SPACES = 7

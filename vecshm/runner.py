@@ -317,5 +317,4 @@ _CALLS: dict[int, Callable[..., Any]] = {
     CallOp.ENV_METHOD: _env_method,
     CallOp.IS_WRAPPED: is_wrapped,
     CallOp.RENDER: lambda env: env.render(),
-    CallOp.GET_SPACES: lambda env: (env.observation_space, env.action_space),
 }

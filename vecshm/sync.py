@@ -88,10 +88,6 @@ class SocketDoorbell(_Bell):
         self._writer.setblocking(False)
 
     @property
-    def fd(self) -> int:
-        return self._reader.fileno()
-
-    @property
     def waitable(self) -> socket.socket:
         return self._reader  # connection.wait takes a socket (not its number) on Windows
 
@@ -133,7 +129,7 @@ class DoneWatch:
         self._sentinels = set(sentinels)
         self._poll = select.poll() if transport.native else None
         if self._poll is not None:
-            self._poll.register(bell.fd, select.POLLIN)
+            self._poll.register(bell.waitable, select.POLLIN)
             for sentinel in sentinels:
                 self._poll.register(sentinel, select.POLLIN)
 

@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecshm.batching import AsyncBatches
-from vecshm.engine import DEFAULT_INFO_BYTES, Engine
+from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.protocol import AutoReset, CallOp
 
@@ -99,7 +99,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             pin_parent=pin_parent,
             limit_threads=limit_threads,
             check_spaces=functools.partial(_check_spaces, observation_mode),
-            batch_dynamic=_batch_dynamic,
+            batch_dynamic=tuple_of_values,
             max_workers=max_concurrency,
         )
         self.closed = False
@@ -126,14 +126,10 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         elif observation_mode == "same":
             self.single_observation_space = self._engine.observation_space
             self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        elif observation_mode == "different":
-            spaces = self._engine.call(CallOp.GET_SPACES, self._all)
-            self.single_observation_space = spaces[0][0]
-            self.observation_space = batch_differing_spaces([s[0] for s in spaces])
-        else:
-            raise ValueError(
-                f"observation_mode must be 'same', 'different' or a tuple of spaces, got {observation_mode!r}"
-            )
+        else:  # "different" (``_check_async_options`` refused anything else): every env's own space
+            spaces = [obs_space for obs_space, _ in self._engine.env_spaces]
+            self.single_observation_space = spaces[0]
+            self.observation_space = batch_differing_spaces(spaces)
 
     # -- reset ------------------------------------------------------------------------------------
 
@@ -414,11 +410,6 @@ def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.S
             f"Some environments have an action space different from `{single_action}`. "
             "In order to batch actions, the action spaces from all environments must be equal."
         )
-
-
-def _batch_dynamic(space: gym.Space, values: list[Any]) -> tuple[Any, ...]:
-    """Gymnasium's batch of a space without a fixed size (``concatenate`` gives a tuple of the items)."""
-    return tuple(values)
 
 
 def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:

@@ -1,9 +1,12 @@
 """Env-steps/s of one vec env on a built-in workload: the A/B check for hot-path changes.
 
-Run it alternately from two checkouts (the current directory's ``vecshm`` is imported first), e.g.::
+Run it alternately against two checkouts. Select the tree with ``PYTHONPATH``: the editable
+install would otherwise win (a script's own folder, not the current directory, comes first on
+``sys.path``), and both runs would measure the same code::
 
+    git worktree add ../old <commit>
     for i in 1 2 3 4 5 6; do for tree in ../old .; do
-        (cd $tree && python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3); done; done
+        PYTHONPATH=$tree python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3; done; done
 
 and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; 8 envs, 2 s.
 """

@@ -74,13 +74,17 @@ class ActionWriter:
         self.space = space
         self.spec = spec
         self.buffers = buffers
+        self.structured = isinstance(space, (spaces.Dict, spaces.Tuple))
+        # per fixed leaf, worked out once: dtype -> code, whether one scalar per env may stand for
+        # a one-element row, and the views the codes index
         self.codes = [{dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in spec.action_fixed]
+        self.scalar_rows_ok = [scalar_rows_allowed(leaf) for leaf in spec.action_fixed]
         self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
 
     def write(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
         """Write one row per env in ``env_ids`` (default: every env); the dynamic leaves' values, or None."""
         count = self.spec.num_envs if env_ids is None else len(env_ids)
-        if _is_scalar(actions) and not isinstance(self.space, (spaces.Dict, spaces.Tuple)):
+        if not self.structured and _is_scalar(actions):
             raise TypeError(
                 f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "
                 f"per env ({count} here), e.g. an array of shape ({count}, ...), not a single action"
@@ -107,15 +111,16 @@ class ActionWriter:
         b = self.buffers
         rows = slice(None) if env_ids is None else env_ids
         for i, (leaf, value) in enumerate(zip(self.spec.action_fixed, values)):
-            scalar_rows = scalar_rows_allowed(leaf) and np.shape(value) == (count,)
+            scalar_rows = self.scalar_rows_ok[i] and np.shape(value) == (count,)
             array = checked_actions(
                 leaf, np.reshape(value, (count, *leaf.shape)) if scalar_rows else value, count, self.space
             )
-            code = self.codes[i].get(array.dtype)
+            codes = self.codes[i]
+            code = codes.get(array.dtype)
             if code is None:  # a dtype without a view of its own: the space's dtype carries it
-                array, code = array.astype(leaf.dtype), self.codes[i][leaf.dtype]
+                array, code = array.astype(leaf.dtype), codes[leaf.dtype]
             if scalar_rows:
-                array, code = array.reshape(count), code + len(self.codes[i])
+                array, code = array.reshape(count), code + len(codes)
             b.actions[i][code][rows] = array
             if env_ids is not None or self.written[i] != code:
                 b.action_codes[rows, i] = code

@@ -54,22 +54,18 @@ class BufferSpec:
     action_leaves: tuple[Leaf, ...] = field(init=False)
     obs_fixed: tuple[Leaf, ...] = field(init=False)  # the leaves that live in shared memory
     action_fixed: tuple[Leaf, ...] = field(init=False)
+    # whether some leaves travel pickled: observations through the observation arenas, actions on
+    # the control socket with the command (fields rather than properties: read on every step)
+    obs_dynamic: bool = field(init=False)
+    action_dynamic: bool = field(init=False)
 
     def __post_init__(self) -> None:
         for name, space in (("obs", self.observation_space), ("action", self.action_space)):
             all_leaves = tuple(leaves(space))
+            fixed = tuple(leaf for leaf in all_leaves if not leaf.dynamic)
             object.__setattr__(self, f"{name}_leaves", all_leaves)
-            object.__setattr__(self, f"{name}_fixed", tuple(leaf for leaf in all_leaves if not leaf.dynamic))
-
-    @property
-    def obs_dynamic(self) -> bool:
-        """Whether observations have leaves that travel pickled (through the observation arenas)."""
-        return len(self.obs_fixed) < len(self.obs_leaves)
-
-    @property
-    def action_dynamic(self) -> bool:
-        """Whether actions have leaves that travel pickled (on the control socket, with the command)."""
-        return len(self.action_fixed) < len(self.action_leaves)
+            object.__setattr__(self, f"{name}_fixed", fixed)
+            object.__setattr__(self, f"{name}_dynamic", len(fixed) < len(all_leaves))
 
     def plan(self) -> SegmentPlan:
         n, w = self.num_envs, self.num_workers

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -157,8 +156,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            with _raised_as_async_vector_env():
-                self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
+            self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
+        except WorkerError as error:
+            _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
         infos: dict[str, Any] = {}
@@ -184,8 +184,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
         try:
-            with _raised_as_async_vector_env():
-                self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
+            self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
+        except WorkerError as error:
+            _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
         return self._results(None)
@@ -234,8 +235,10 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         Infos are batched over the returned envs (masks of length ``batch_size``), in ``env_ids`` order.
         """
         self._assert_is_running()
-        with _raised_as_async_vector_env():
+        try:
             env_ids = self._batches.recv(timeout)
+        except WorkerError as error:
+            _raise_as_async_vector_env(error)
         self._last_batch = env_ids
         return (*self._results(env_ids), env_ids)
 
@@ -258,8 +261,10 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._state = _State.DEFAULT
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        with _raised_as_async_vector_env():
+        try:
             return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+        except WorkerError as error:
+            _raise_as_async_vector_env(error)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -274,9 +279,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
         self._expect_state(_State.DEFAULT, "set_attr")
-        with _raised_as_async_vector_env():
+        try:
             for i, value in enumerate(values):
                 self._engine.call(CallOp.SET_ATTR, [i], name, value, True)
+        except WorkerError as error:
+            _raise_as_async_vector_env(error)
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
@@ -340,20 +347,17 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
 
 
-@contextlib.contextmanager
-def _raised_as_async_vector_env() -> Iterator[None]:
+def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:
     """Env failures logged and raised as AsyncVectorEnv does: each failing env's traceback through
     ``gymnasium.logger.error``, then the last failure raised (still a ``WorkerError`` with the env
-    index and command, and an instance of the env's own exception type)."""
-    try:
-        yield
-    except WorkerError as error:
-        errors = error.errors or [error]
-        for failure in errors:
-            logger.error(f"Received the following error from Worker-{failure.env_index} - Shutting it down")
-            logger.error(f"{failure.remote_traceback}")
-        logger.error("Raising the last exception back to the main process.")
-        raise errors[-1] from None
+    index and command, and an instance of the env's own exception type). Called from ``except``
+    clauses, so the step path pays nothing for it."""
+    errors = error.errors or [error]
+    for failure in errors:
+        logger.error(f"Received the following error from Worker-{failure.env_index} - Shutting it down")
+        logger.error(f"{failure.remote_traceback}")
+    logger.error("Raising the last exception back to the main process.")
+    raise errors[-1] from None
 
 
 def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: Any) -> None:

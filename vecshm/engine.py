@@ -48,8 +48,8 @@ DEFAULT_SPIN_SECONDS = 1e-3
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 # A worker waits for its next command while the learner computes actions. Spinning through that
 # time takes cores from the learner (on 2 cores, SB3 PPO on CartPole ran 1.26x SubprocVecEnv end to
-# end with 1 ms, 1.42x with this cap), while a loop with no learner work turns a step round in
-# well under it, so zero-compute throughput is the same. Only the automatic setting is capped.
+# end with 1 ms, 1.42x with this cap), while a loop with no learner work turns a step round mostly
+# within it (zero-compute throughput: about 3% less). Only the automatic setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 

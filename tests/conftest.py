@@ -228,3 +228,30 @@ def process_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """Two Ray nodes on this machine (``ray.cluster_utils.Cluster``), the driver connected, for one test module.
+
+    Each node declares a custom resource (``node_a``, ``node_b``) so tests can place actors on either.
+    At the end the cluster's processes are waited for, so later tests' leak checks do not see them.
+    """
+    ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
+    from ray.cluster_utils import Cluster
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 4, "resources": {"node_a": 100}, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=4, resources={"node_b": 100})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+    ray_processes = [c for c in psutil.Process().children(recursive=True) if not _is_mp_helper(c)]
+    _, alive = psutil.wait_procs(ray_processes, timeout=HANG_GUARD_SECONDS)
+    assert not alive, f"Ray processes outlived the cluster: {alive}"

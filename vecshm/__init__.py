@@ -4,6 +4,7 @@ from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/..
 from vecshm import sb3 as _sb3
 from vecshm.affinity import Topology, topology
 from vecshm.errors import (
+    ActorDiedError,
     AlreadyPendingCallError,
     ClosedError,
     FailedError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 _sb3.install()
 
 __all__ = [
+    "ActorDiedError",
     "AlreadyPendingCallError",
     "ClosedError",
     "CloudpickleWrapper",

@@ -18,6 +18,7 @@ __all__ = [
     "SpaceMismatchError",
     "WorkerError",
     "WorkerDiedError",
+    "ActorDiedError",
     "StepTimeoutError",
     "RemoteError",
     "remote_error",
@@ -73,6 +74,7 @@ class WorkerError(VecShmError, RuntimeError):
     command: str = ""
     remote_type: str = ""
     remote_traceback: str = ""
+    record: RemoteError | None = None  # what the worker sent, to pass the failure on (e.g. out of a Ray actor)
     errors: list[WorkerError] = []  # every env's failure in the same command, this one included
 
 
@@ -83,6 +85,10 @@ class WorkerDiedError(VecShmError, RuntimeError):
         super().__init__(message)
         self.env_indices = env_indices
         self.exitcode = exitcode
+
+
+class ActorDiedError(WorkerDiedError):
+    """A Ray actor hosting envs (``vecshm.ray.RayVecEnv``) died or its node was lost; ``env_indices`` are its envs."""
 
 
 class StepTimeoutError(VecShmError, TimeoutError, multiprocessing.TimeoutError):
@@ -144,6 +150,7 @@ def remote_error(record: RemoteError) -> WorkerError:
     error.command = record.command
     error.remote_type = record.type_name
     error.remote_traceback = record.traceback
+    error.record = record
     return error
 
 

@@ -1,0 +1,213 @@
+"""``RayVecEnv`` on a two-node Ray cluster (both nodes on this machine), against SB3's own classes.
+
+Every test here shares one ``ray.cluster_utils.Cluster``; the references are SB3's ``DummyVecEnv``
+and ``SubprocVecEnv``, stepped in lockstep with the same seeds and actions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from contextlib import closing
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, process_alive
+from faulty_envs import faulty, healthy, raises_in_constructor
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+from stable_baselines3.common.vec_env import SubprocVecEnv
+from test_parity import run_lockstep
+
+from vecshm import ActorDiedError, ClosedError, FailedError, WorkerDiedError, WorkerError
+
+ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
+from vecshm.ray import RayVecEnv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+ON_BOTH_NODES = [{"resources": {"node_a": 1}}, {"resources": {"node_b": 1}}]
+
+
+def ray_vec_env(env_fns, **options) -> RayVecEnv:
+    """Two actors, one on each node, each with one vecshm worker (the machine has 2 cores)."""
+    options.setdefault("num_actors", 2)
+    options.setdefault("actor_options", ON_BOTH_NODES)
+    return RayVecEnv(env_fns, **options)
+
+
+def gone(pids: list[int], timeout: float = 30.0) -> bool:
+    procs = [psutil.Process(p) for p in pids if process_alive(p)]
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return not [p for p in alive if process_alive(p.pid)]
+
+
+CASES = [
+    ("dict", "discrete"),
+    ("tuple", "discrete"),
+    ("dict_img", "box"),
+    ("frame_u8", "multidiscrete"),
+    ("multibinary", "dict"),
+]
+
+
+@pytest.mark.parametrize(("obs_key", "act_key"), CASES)
+def test_bit_identical_to_sb3_dummy_vec_env(obs_key, act_key):
+    # 5 envs over 2 actors (3 + 2): obs, rewards, dones, infos, terminal observations, reset_infos
+    fns = [make_space_env(obs_key, act_key, max_steps=4 + i) for i in range(5)]
+    with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+        assert venv.observation_space == reference.observation_space
+        assert run_lockstep(venv, reference, ACTION_SPACES[act_key], steps=20) > 0
+
+
+def test_actors_are_placed_on_both_nodes_by_default():
+    # SPREAD is the default strategy: two actors go to two nodes without any resource asked for
+    with closing(RayVecEnv([healthy] * 4)) as venv:
+        assert len(venv.actors) == 2, "one actor per alive node by default"
+        assert len({host["node_id"] for host in venv.hosts}) == 2
+
+
+def test_seed_options_and_calls_with_indices_match_subproc_vec_env():
+    fns = [make_space_env("box_f32", "discrete") for _ in range(5)]
+    with closing(ray_vec_env(fns)) as venv, closing(SubprocVecEnv(fns)) as reference:
+        for v in (venv, reference):
+            v.seed(11)
+            v.set_options({"level": 3})
+        assert_tree_equal(venv.reset(), reference.reset(), "reset")
+        assert_tree_equal(list(venv.reset_infos), list(reference.reset_infos), "reset_infos")
+        for indices in (None, 4, [4, 0, 2], [-1, 1, 1], range(1, 4)):
+            for v in (venv, reference):
+                v.set_attr("tag", f"t{indices}", indices)
+            assert venv.get_attr("tag") == reference.get_attr("tag")
+            assert venv.get_attr("tag", indices) == reference.get_attr("tag", indices)
+            assert venv.env_method("get_wrapper_attr", "tag", indices=indices) == reference.env_method(
+                "get_wrapper_attr", "tag", indices=indices
+            )
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == reference.env_is_wrapped(gym.wrappers.TimeLimit)
+        assert venv.env_is_wrapped(gym.wrappers.ClipAction, [0, 3]) == [False, False]
+        assert venv.has_attr("tag") and not venv.has_attr("no_such_attribute")
+        with pytest.raises(AttributeError):
+            venv.get_attr("no_such_attribute")
+        with pytest.raises(IndexError):
+            venv.get_attr("tag", [5])
+        assert venv.get_attr("tag", 0) == reference.get_attr("tag", 0), "a failed call leaves the vec env usable"
+
+
+def test_render_tiles_every_actors_frames_as_sb3():
+    fns = [make_space_env("box_f32", "discrete", tag=i) for i in range(3)]
+    with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+        venv.reset()
+        reference.reset()
+        assert_tree_equal(venv.get_images(), reference.get_images(), "images")
+        assert_tree_equal(venv.render(), reference.render(), "tiled image")
+
+
+def test_sb3_ppo_learns_through_it():
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    with closing(ray_vec_env([lambda: gym.make("CartPole-v1") for _ in range(4)])) as venv:
+        returns: list[float] = []
+        monitored = VecMonitor(venv)
+        model = PPO("MlpPolicy", monitored, n_steps=128, batch_size=128, n_epochs=4, learning_rate=3e-3, seed=0)
+
+        def record(local: dict, _: dict) -> bool:
+            returns.extend(info["episode"]["r"] for info in local["infos"] if "episode" in info)
+            return True
+
+        model.learn(12_000, callback=record)
+    first, last = np.mean(returns[:20]), np.mean(returns[-20:])
+    assert last > max(3 * first, 100), (
+        f"mean return {first:.0f} over the first 20 episodes, {last:.0f} over the last 20"
+    )
+
+
+def test_an_env_that_raises_names_its_global_index():
+    fns = [healthy] * 3 + [faulty("raise", fail_at=2)] + [healthy]
+    with closing(ray_vec_env(fns)) as venv:
+        venv.reset()
+        venv.step(np.zeros(5, dtype=np.int64))
+        with pytest.raises(WorkerError) as error:
+            venv.step(np.zeros(5, dtype=np.int64))
+        assert isinstance(error.value, ValueError), "the env's exception type is kept"
+        assert error.value.env_index == 3
+        assert "env 3 raised builtins.ValueError during step in Ray actor 1" in str(error.value)
+        with pytest.raises(FailedError):
+            venv.step(np.zeros(5, dtype=np.int64))
+
+
+def test_an_env_that_cannot_be_built_fails_the_constructor_naming_it():
+    with pytest.raises(WorkerError, match="cannot build this env") as error:
+        ray_vec_env([healthy, healthy, raises_in_constructor])
+    assert error.value.env_index == 2
+
+
+def test_a_vecshm_worker_killed_inside_an_actor_names_its_envs():
+    with closing(ray_vec_env([healthy] * 4)) as venv:
+        venv.reset()
+        worker = venv.worker_pids()[1][0]
+        os.kill(worker, signal.SIGKILL)
+        with pytest.raises(WorkerDiedError) as error:
+            venv.step(np.zeros(4, dtype=np.int64))
+        assert error.value.env_indices == [2, 3]
+        assert "SIGKILL" in str(error.value) and "Ray actor 1" in str(error.value)
+
+
+def test_an_actor_killed_mid_run_is_an_error_naming_its_envs_within_seconds():
+    venv = ray_vec_env([healthy] * 4)
+    venv.reset()
+    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    os.kill(venv.hosts[0]["pid"], signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(ActorDiedError) as error:
+        venv.step(np.zeros(4, dtype=np.int64))
+    assert time.monotonic() - started < 30, "Ray reports a dead actor within seconds"
+    assert error.value.env_indices == [0, 1]
+    assert "Ray actor 0" in str(error.value) and "envs 0-1" in str(error.value)
+    with pytest.raises(FailedError):
+        venv.reset()
+    venv.close()
+    assert gone(pids), "the other actor and every vecshm worker end with close()"
+
+
+def test_restart_policy_rebuilds_a_dead_actor_and_truncates_its_episodes():
+    with closing(ray_vec_env([healthy] * 4, on_actor_failure="restart")) as venv:
+        venv.reset()
+        last_obs, *_ = venv.step(np.zeros(4, dtype=np.int64))
+        os.kill(venv.hosts[1]["pid"], signal.SIGKILL)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
+        assert any("Ray actor 1" in str(w.message) for w in caught)
+        assert dones.tolist() == [False, False, True, True]
+        for i in (2, 3):
+            assert infos[i]["TimeLimit.truncated"] and infos[i]["actor_restarted"]
+            assert_tree_equal(infos[i]["terminal_observation"], last_obs[i], f"terminal obs of env {i}")
+        assert rewards[2:].tolist() == [0.0, 0.0]
+        venv.step(np.zeros(4, dtype=np.int64))  # and it goes on
+
+
+def test_close_leaves_no_actor_or_worker_and_later_use_is_refused():
+    venv = ray_vec_env([healthy] * 4)
+    venv.reset()
+    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    actors = list(venv.actors)
+    venv.close()
+    assert not [p for p in pids if process_alive(p)], "close() returns once its local processes are gone"
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.describe.remote())
+    with pytest.raises(ClosedError):
+        venv.step(np.zeros(4, dtype=np.int64))
+    venv.close()  # twice is fine
+
+
+def test_importing_vecshm_does_not_import_ray():
+    code = "import sys, vecshm; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False"]

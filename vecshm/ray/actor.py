@@ -1,0 +1,143 @@
+"""The body of a ``RayVecEnv`` actor: a ``ShmVecEnv`` over a contiguous share of the envs.
+
+Every method returns its result, or a :class:`~vecshm.ray.failures.Failure` naming the driver's env
+indices; nothing is raised across the Ray boundary on purpose. Observations leave through Ray's
+object store as they are read from the shared segment (``copy=False``): Ray serializes a method's
+return value before the actor runs its next method, so the views are never overwritten first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.ray.failures import Failure, capture
+from vecshm.registry import adopt_registry
+from vecshm.vec_env.shm import ShmVecEnv
+
+__all__ = ["EnvHost", "assigned_cpus", "host_options"]
+
+# The only vec-env methods ``call`` runs: SB3's index-taking calls and the rare whole-batch ones.
+CALLS = frozenset({"get_attr", "set_attr", "env_method", "env_is_wrapped", "has_attr", "get_images"})
+
+
+def assigned_cpus() -> int | None:
+    """Whole CPUs Ray reserved for this actor (None outside an actor, or when none were reserved)."""
+    try:
+        import ray
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:
+        return None
+    return max(1, math.floor(cpus)) if cpus else None
+
+
+def host_options(num_envs: int, options: dict[str, Any]) -> dict[str, Any]:
+    """The vec env options inside an actor: as many worker processes as the actor has CPUs, unless
+    ``envs_per_worker`` is given (Ray does not pin actors; without this each actor would start one
+    process per core of its node, and several actors per node would oversubscribe it)."""
+    options = dict(options)
+    cpus = assigned_cpus()
+    if options.get("envs_per_worker") is None and cpus is not None:
+        options["envs_per_worker"] = math.ceil(num_envs / min(cpus, num_envs))
+    return options
+
+
+class EnvHost:
+    """Hosts envs ``offset .. offset + len(env_fns) - 1`` of a ``RayVecEnv`` (Ray actor ``index``)."""
+
+    def __init__(
+        self,
+        env_fns: list[Callable[[], gym.Env]],
+        offset: int,
+        index: int,
+        options: dict[str, Any],
+        registry: bytes,
+    ) -> None:
+        self.offset = offset
+        self.where = f"Ray actor {index} (node {_node_ip()}, pid {os.getpid()})"
+        self.venv: ShmVecEnv | None = None
+        self.broken: Failure | None = None
+        try:
+            adopt_registry(registry)  # env ids the driver registered at run time
+            options = {**host_options(len(env_fns), options), "copy": False}
+            self.venv = ShmVecEnv(env_fns, **options)
+        except Exception as error:  # reported by the first call, with the envs named
+            self.broken = capture(error, offset, self.where, "start")
+
+    def _run(self, command: str, body: Callable[[ShmVecEnv], Any]) -> Any:
+        if self.broken is not None:
+            return self.broken
+        try:
+            return body(self.venv)
+        except Exception as error:
+            return capture(error, self.offset, self.where, command)
+
+    def describe(self) -> Any:
+        """Spaces and where the actor runs (host name and pid: ``close()`` waits for local actors to exit)."""
+        return self._run(
+            "start",
+            lambda venv: {
+                "observation_space": venv.observation_space,
+                "action_space": venv.action_space,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "node_id": _node_id(),
+                "where": self.where,
+            },
+        )
+
+    def reset(self, seeds: list[int | None], options: list[dict]) -> Any:
+        def body(venv: ShmVecEnv) -> tuple[Any, list[dict]]:
+            venv._seeds, venv._options = list(seeds), list(options)
+            obs = venv.reset()
+            return obs, venv.reset_infos
+
+        return self._run("reset", body)
+
+    def step(self, actions: Any) -> Any:
+        """``(obs, rewards, dones, infos, reset_infos)``; ``reset_infos`` only for the envs that ended."""
+
+        def body(venv: ShmVecEnv) -> tuple[Any, ...]:
+            obs, rewards, dones, infos = venv.step(actions)
+            ended = np.flatnonzero(dones).tolist()
+            return obs, rewards, dones, infos, {i: venv.reset_infos[i] for i in ended}
+
+        return self._run("step", body)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name not in CALLS:
+            raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
+        return self._run(name, lambda venv: getattr(venv, name)(*args, **kwargs))
+
+    def worker_pids(self) -> list[int]:
+        """The pids of this actor's vecshm worker processes (for tests and for diagnosing a node)."""
+        return [] if self.venv is None else [p.pid for p in self.venv._engine.pool.processes]
+
+    def close(self) -> None:
+        if self.venv is not None:
+            self.venv.close()
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:
+        return socket.gethostname()

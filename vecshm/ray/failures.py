@@ -1,0 +1,113 @@
+"""A failure inside a Ray actor, carried to the driver as data, with the envs numbered as the driver numbers them.
+
+Raised inside an actor, vecshm's exceptions would reach the driver wrapped in Ray's ``RayTaskError``,
+naming env indices that count from the actor's first env. The actor returns a :class:`Failure`
+instead, and the driver rebuilds vecshm's own exception from it, so ``except WorkerError``,
+``error.env_index`` and ``error.env_indices`` mean what they mean with ``ShmVecEnv``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+from vecshm.errors import (
+    ActorDiedError,
+    RemoteError,
+    StepTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+    remote_errors,
+)
+from vecshm.pool import describe_exit
+
+__all__ = ["Failure", "capture", "actor_died", "to_exception"]
+
+
+@dataclass
+class Failure:
+    """What went wrong in one actor: ``kind`` is "env", "worker died", "timeout", "actor died" or "other"."""
+
+    kind: str
+    where: str  # "Ray actor 1 (node 10.0.0.2, pid 4242)"
+    command: str
+    env_indices: list[int] = field(default_factory=list)
+    records: list[RemoteError] = field(default_factory=list)  # kind "env": each env's exception
+    exitcode: int | None = None
+    detail: str = ""
+    exception: bytes | None = None  # kind "other": the exception itself, cloudpickled when it can be
+
+
+def capture(error: BaseException, offset: int, where: str, command: str) -> Failure:
+    """The failure ``error`` (raised by the actor's vec env, whose env 0 is the driver's ``offset``) describes."""
+    every = (error.errors or [error]) if isinstance(error, WorkerError) else []
+    if every and all(e.record is not None for e in every):
+        records = []
+        for e in every:
+            record = copy.copy(e.record)
+            if record.env_index is not None:
+                record.env_index += offset
+            record.command = f"{record.command} in {where}"
+            records.append(record)
+        envs = [r.env_index for r in records if r.env_index is not None]
+        return Failure("env", where, command, envs, records)
+    if isinstance(error, WorkerDiedError):
+        envs = [i + offset for i in error.env_indices]
+        return Failure("worker died", where, command, envs, exitcode=error.exitcode)
+    if isinstance(error, StepTimeoutError):
+        return Failure("timeout", where, command, [i + offset for i in error.env_indices])
+    try:
+        blob = cloudpickle.dumps(error)
+    except Exception:
+        blob = None
+    return Failure("other", where, command, detail=f"{type(error).__qualname__}: {error}", exception=blob)
+
+
+def actor_died(where: str, command: str, env_indices: list[int], reason: BaseException | str) -> Failure:
+    """The failure of an actor that died (or whose node was lost) while it hosted ``env_indices``."""
+    detail = str(reason).strip().split("\n", 1)[0]
+    return Failure("actor died", where, command, list(env_indices), detail=detail)
+
+
+def _span(envs: list[int]) -> str:
+    return f"envs {envs[0]}-{envs[-1]}" if len(envs) > 1 else f"env {envs[0]}"
+
+
+def to_exception(failures: list[Failure]) -> BaseException:
+    """The exception to raise in the driver for the failures of one command (one per failed actor)."""
+    envs_failed = [f for f in failures if f.kind == "env"]
+    if envs_failed:  # every env's exception, in env order, as ShmVecEnv reports them
+        return remote_errors([record for f in envs_failed for record in f.records])
+    first = failures[0]
+    if first.kind == "worker died":
+        return WorkerDiedError(
+            f"the vecshm worker hosting {_span(first.env_indices)} in {first.where} "
+            f"{describe_exit(first.exitcode)} during {first.command}. "
+            "The vec env cannot continue; close() it and create a new one.",
+            first.env_indices,
+            first.exitcode,
+        )
+    if first.kind == "timeout":
+        return StepTimeoutError(
+            f"env(s) {first.env_indices} in {first.where} did not finish {first.command} within the timeout; "
+            "the vec env can only be closed now",
+            first.env_indices,
+        )
+    if first.kind == "actor died":
+        return ActorDiedError(
+            f"{first.where}, hosting {_span(first.env_indices)}, died during {first.command}: {first.detail}. "
+            "The vec env cannot continue; close() it and create a new one "
+            "(or pass on_actor_failure='restart').",
+            first.env_indices,
+            None,
+        )
+    if first.exception is not None:
+        try:
+            error = cloudpickle.loads(first.exception)
+        except Exception:
+            error = None
+        if isinstance(error, BaseException):
+            return error
+    return RuntimeError(f"{first.where} failed during {first.command}: {first.detail}")

@@ -1,0 +1,422 @@
+"""``RayVecEnv``: an SB3 ``VecEnv`` whose envs live in Ray actors, each a ``ShmVecEnv`` over a share of them."""
+
+from __future__ import annotations
+
+import bisect
+import socket
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import ray
+from ray.exceptions import RayActorError
+
+from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
+from vecshm.ray.actor import EnvHost
+from vecshm.ray.failures import Failure, actor_died, to_exception
+from vecshm.registry import snapshot_registry
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+__all__ = ["RayVecEnv"]
+
+MAX_RESTARTS_PER_ACTOR = 20
+CLOSE_TIMEOUT = 10.0  # seconds for an actor to close its vec env before it is killed
+DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+_EnvHostActor = ray.remote(EnvHost)
+
+
+def _split(num_envs: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous ``[start, stop)`` shares, sizes differing by at most one, larger ones first."""
+    bounds, start = [], 0
+    for k in range(parts):
+        stop = start + num_envs // parts + (k < num_envs % parts)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _concat(parts: list[Any]) -> Any:
+    """One batch from the actors' batches (Dict and Tuple observations key by key); always a fresh,
+    writable array: Ray hands out read-only views of its object store."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {key: _concat([p[key] for p in parts]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(_concat([p[j] for p in parts]) for j in range(len(first)))
+    return np.concatenate(parts)
+
+
+def _row(batch: Any, i: int) -> Any:
+    """Env ``i``'s observation out of a batch, copied."""
+    if isinstance(batch, dict):
+        return {key: _row(value, i) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(value, i) for value in batch)
+    return batch[i].copy()
+
+
+def _rows(actions: Any, start: int, stop: int) -> Any:
+    if isinstance(actions, dict):
+        return {key: _rows(value, start, stop) for key, value in actions.items()}
+    return actions[start:stop]
+
+
+def _writable(value: Any) -> Any:
+    """``value`` with every array in it copied (Ray's are read-only views of its object store)."""
+    if isinstance(value, dict):
+        return {key: _writable(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_writable(item) for item in value)
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def _writable_terminals(infos: list[dict]) -> list[dict]:
+    for info in infos:
+        if "terminal_observation" in info:
+            info["terminal_observation"] = _writable(info["terminal_observation"])
+    return infos
+
+
+def _alive_nodes() -> int:
+    return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
+
+
+class RayVecEnv(VecEnv):
+    """SB3's ``VecEnv`` over Ray actors: each actor hosts a ``ShmVecEnv`` over a contiguous share of ``env_fns``.
+
+    Semantics are ``SubprocVecEnv``'s (and ``ShmVecEnv``'s): same constructor order, auto-reset with
+    ``terminal_observation`` and ``TimeLimit.truncated``, ``reset_infos``, ``seed``/``set_options``,
+    ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped`` with ``indices``, ``render``, ``close``.
+
+    :param env_fns: factories, one per env (pickled to the actors with cloudpickle)
+    :param num_actors: actors to spread the envs over; default one per alive node (at most one per env)
+    :param actor_options: Ray actor options (``num_cpus``, ``resources``, ``scheduling_strategy``,
+        placement groups, ...), one dict for every actor or a sequence with one per actor. Default
+        ``{"num_cpus": 1, "scheduling_strategy": "SPREAD"}``; an actor runs as many vecshm worker
+        processes as the CPUs it reserves (or as ``envs_per_worker`` implies)
+    :param on_actor_failure: ``"raise"`` (default): an actor or node that dies ends the vec env with an
+        ``ActorDiedError`` naming its envs. ``"restart"``: start a new actor from the same factories;
+        its envs' episodes end as truncated (``TimeLimit.truncated``, ``actor_restarted`` in the info)
+    :param actor_timeout: seconds to wait for the actors on any call before a ``StepTimeoutError``
+        (default: wait; a dead actor or node still ends the wait as soon as Ray notices it)
+    :param shm_options: passed to each actor's ``ShmVecEnv`` (``start_method``, ``envs_per_worker``,
+        ``step_timeout``, ``on_worker_failure``, ...)
+
+    >>> import gymnasium as gym, ray
+    >>> from vecshm.ray import RayVecEnv
+    >>> venv = RayVecEnv([lambda: gym.make("CartPole-v1") for _ in range(8)], num_actors=2)
+    >>> obs = venv.reset()
+    >>> venv.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_actors: int | None = None,
+        actor_options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        *,
+        on_actor_failure: str = "raise",
+        actor_timeout: float | None = None,
+        **shm_options: Any,
+    ) -> None:
+        self.closed = True  # until actors exist: close() must not touch a half-built object
+        self.waiting = False
+        if on_actor_failure not in ("raise", "restart"):
+            raise ValueError(f"on_actor_failure must be 'raise' or 'restart', got {on_actor_failure!r}")
+        self._fns = list(env_fns)
+        if not self._fns:
+            raise ValueError("RayVecEnv needs at least one env factory")
+        if not ray.is_initialized():
+            ray.init()  # what Ray does on first use anyway; here before the nodes are counted
+        n_actors = num_actors if num_actors is not None else min(len(self._fns), _alive_nodes())
+        if not 1 <= n_actors <= len(self._fns):
+            raise ValueError(
+                f"num_actors must be between 1 and the number of envs ({len(self._fns)}), got {num_actors}"
+            )
+        self._shares = _split(len(self._fns), n_actors)
+        self._starts = [start for start, _ in self._shares]
+        self._per_actor = self._actor_options(actor_options, n_actors)
+        self._shm_options = shm_options
+        self._restart_actors = on_actor_failure == "restart"
+        self.actor_timeout = actor_timeout
+        self._registry = snapshot_registry()
+        self._restarts = [0] * n_actors
+        self._last_obs: list[Any] = [None] * n_actors
+        self._pending: list[ray.ObjectRef] = []
+        self._failure = ""
+        self.actors: list[Any] = []
+        self.closed = False
+        try:
+            self.actors = [self._launch(k) for k in range(n_actors)]
+            self.hosts = self._gather([a.describe.remote() for a in self.actors], "start")
+            observation_space, action_space = self._spaces(self.hosts)
+            super().__init__(len(self._fns), observation_space, action_space)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _actor_options(options: dict[str, Any] | Sequence[dict[str, Any]] | None, n_actors: int) -> list[dict]:
+        if options is None or isinstance(options, dict):
+            return [{**DEFAULT_ACTOR_OPTIONS, **(options or {})}] * n_actors
+        options = list(options)
+        if len(options) != n_actors:
+            raise ValueError(f"actor_options has {len(options)} entries for {n_actors} actors")
+        return [{**DEFAULT_ACTOR_OPTIONS, **o} for o in options]
+
+    def _launch(self, k: int) -> Any:
+        start, stop = self._shares[k]
+        return _EnvHostActor.options(**self._per_actor[k]).remote(
+            self._fns[start:stop], start, k, self._shm_options, self._registry
+        )
+
+    @staticmethod
+    def _spaces(hosts: list[dict]) -> tuple[gym.Space, gym.Space]:
+        first = hosts[0]
+        for host in hosts[1:]:
+            for name in ("observation_space", "action_space"):
+                if host[name] != first[name]:
+                    raise SpaceMismatchError(
+                        f"the envs of {host['where']} have {name} {host[name]}, those of {first['where']} have "
+                        f"{first[name]}; every env of a vec env must have the same spaces"
+                    )
+        return first["observation_space"], first["action_space"]
+
+    # -- the actors' answers ------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise ClosedError("this vec env is closed; create a new one")
+        if self._failure:
+            raise FailedError(f"this vec env failed earlier and can only be closed: {self._failure}")
+
+    def _envs_of(self, k: int) -> list[int]:
+        return list(range(*self._shares[k]))
+
+    def _where(self, k: int) -> str:
+        hosts = getattr(self, "hosts", None)
+        return hosts[k]["where"] if hosts and isinstance(hosts[k], dict) else f"Ray actor {k}"
+
+    def _gather(self, refs: list[Any], command: str, actors: list[int] | None = None) -> list[Any]:
+        """Every answer to ``refs`` (sent to ``actors``, default all, in order); raise for any failure.
+
+        A failure during ``start``, ``reset`` or ``step`` leaves the vec env failed (only ``close()``
+        works), as in ``ShmVecEnv``; a failed ``get_attr``/``env_method`` does not.
+        """
+        actors = list(range(len(refs))) if actors is None else actors
+        fatal = command in ("start", "reset", "step")
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.actor_timeout)
+        if late:
+            envs = [i for k, ref in zip(actors, refs) if ref in late for i in self._envs_of(k)]
+            where = ", ".join(self._where(k) for k, ref in zip(actors, refs) if ref in late)
+            failure = Failure("timeout", where, command, envs)
+            self._fail_with([failure])
+        answers, failures = [], []
+        for k, ref in zip(actors, refs):
+            try:
+                answer = ray.get(ref)
+            except RayActorError as error:
+                if self._restart_actors and command in ("reset", "step"):
+                    answer = self._restart(k, command, error)
+                else:
+                    answer = actor_died(self._where(k), command, self._envs_of(k), error)
+            if isinstance(answer, Failure):
+                failures.append(answer)
+            answers.append(answer)
+        if failures:
+            if fatal:
+                self._fail_with(failures)
+            raise to_exception(failures)
+        return answers
+
+    def _fail_with(self, failures: list[Failure]) -> None:
+        """Stop every actor (they can do nothing useful now) and raise the failures' exception."""
+        error = to_exception(failures)
+        self._failure = str(error).split("\n", 1)[0]
+        self._kill_actors()
+        raise error
+
+    def _restart(self, k: int, command: str, error: BaseException) -> Any:
+        """A new actor for dead actor ``k``, its envs reset; for a step, their episodes end as truncated."""
+        self._restarts[k] += 1
+        where = self._where(k)
+        if self._restarts[k] > MAX_RESTARTS_PER_ACTOR:
+            return actor_died(
+                where, f"{command} (after {MAX_RESTARTS_PER_ACTOR} restarts, giving up)", self._envs_of(k), error
+            )
+        warnings.warn(
+            f"{where}, hosting envs {self._envs_of(k)}, died during {command}; starting a new actor from their "
+            f"factories (restart {self._restarts[k]}); their episodes end as truncated",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        ray.kill(self.actors[k], no_restart=True)
+        self.actors[k] = self._launch(k)
+        start, stop = self._shares[k]
+        seeds = self._seeds[start:stop] if command == "reset" else [None] * (stop - start)
+        options = self._options[start:stop] if command == "reset" else [{}] * (stop - start)
+        host, answer = ray.get([self.actors[k].describe.remote(), self.actors[k].reset.remote(seeds, options)])
+        if isinstance(host, Failure) or isinstance(answer, Failure):
+            return host if isinstance(host, Failure) else answer
+        self.hosts[k] = host
+        if command == "reset":
+            return answer
+        obs, reset_infos = answer
+        n, last = stop - start, self._last_obs[k]
+        infos = [
+            {
+                "TimeLimit.truncated": True,
+                "terminal_observation": _row(last, i),
+                "actor_restarted": True,
+                "worker_restarted": True,
+            }
+            for i in range(n)
+        ]
+        return obs, np.zeros(n, dtype=np.float32), np.ones(n, dtype=bool), infos, dict(enumerate(reset_infos))
+
+    # -- stepping -----------------------------------------------------------------------------------
+
+    def reset(self) -> VecEnvObs:
+        self._check_usable()
+        if self.waiting:  # SB3: reset cancels a pending step; finish it and drop its results
+            self.waiting = False
+            self._gather(self._pending, "step")
+        refs = [
+            actor.reset.remote(self._seeds[start:stop], self._options[start:stop])
+            for actor, (start, stop) in zip(self.actors, self._shares)
+        ]
+        answers = self._gather(refs, "reset")
+        self._last_obs = [obs for obs, _ in answers]
+        self.reset_infos = [info for _, infos in answers for info in infos]
+        self._reset_seeds()
+        self._reset_options()
+        return _concat(self._last_obs)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._check_usable()
+        if self.waiting:
+            raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
+        self._pending = [
+            actor.step.remote(_rows(actions, start, stop)) for actor, (start, stop) in zip(self.actors, self._shares)
+        ]
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        self._check_usable()
+        if not self.waiting:
+            raise NoAsyncCallError("step_wait() was called without a pending step_async()")
+        try:
+            answers = self._gather(self._pending, "step")
+        finally:
+            self.waiting = False
+            self._pending = []
+        infos: list[dict] = []
+        for start, (_, _, _, actor_infos, reset_infos) in zip(self._starts, answers):
+            infos += _writable_terminals(actor_infos)
+            for i, info in reset_infos.items():
+                self.reset_infos[start + i] = info
+        self._last_obs = [answer[0] for answer in answers]
+        rewards = np.concatenate([answer[1] for answer in answers])
+        dones = np.concatenate([answer[2] for answer in answers])
+        return _concat(self._last_obs), rewards, dones, infos
+
+    # -- calls on some envs -------------------------------------------------------------------------
+
+    def _call(self, name: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
+        """``name`` on the envs in ``indices`` (in that order, repeats and negatives allowed, as SubprocVecEnv)."""
+        self._check_usable()
+        envs = range(self.num_envs)
+        targets = [envs[i] for i in self._get_indices(indices)]  # IndexError as SubprocVecEnv's list lookup
+        by_actor: dict[int, list[tuple[int, int]]] = {}
+        for position, i in enumerate(targets):
+            k = bisect.bisect_right(self._starts, i) - 1
+            by_actor.setdefault(k, []).append((position, i - self._starts[k]))
+        refs = [
+            self.actors[k].call.remote(name, *args, indices=[local for _, local in places], **kwargs)
+            for k, places in by_actor.items()
+        ]
+        results: list[Any] = [None] * len(targets)
+        for places, values in zip(by_actor.values(), self._gather(refs, name, list(by_actor))):
+            for (position, _), value in zip(places, values or [None] * len(places)):  # set_attr: None
+                results[position] = value
+        return results
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self._call("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._call("set_attr", indices, attr_name, value)
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return self._call("env_method", indices, method_name, *method_args, **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return self._call("env_is_wrapped", indices, wrapper_class)
+
+    def has_attr(self, attr_name: str) -> bool:
+        self._check_usable()
+        return all(self._gather([a.call.remote("has_attr", attr_name) for a in self.actors], "has_attr"))
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None for _ in range(self.num_envs)]
+        self._check_usable()
+        return [
+            image
+            for part in self._gather([a.call.remote("get_images") for a in self.actors], "render")
+            for image in part
+        ]
+
+    def worker_pids(self) -> list[list[int]]:
+        """Each actor's vecshm worker pids (to check placement or to inject a fault in a test)."""
+        self._check_usable()
+        return ray.get([a.worker_pids.remote() for a in self.actors])
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every actor's vec env, then end the actors; on this host, wait until their processes are gone."""
+        if self.closed:
+            return
+        self.closed = True
+        self.waiting = False
+        if not ray.is_initialized():  # ray.shutdown() already ended the actors
+            return
+        live = [a for a in self.actors if a is not None]
+        if live and not self._failure:
+            try:
+                ray.wait([a.close.remote() for a in live], num_returns=len(live), timeout=CLOSE_TIMEOUT)
+            except Exception:
+                pass
+        self._kill_actors()
+
+    def _kill_actors(self) -> None:
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        here = socket.gethostname()
+        local = [h["pid"] for h in getattr(self, "hosts", []) if isinstance(h, dict) and h["host"] == here]
+        processes = []
+        for pid in local:
+            try:
+                processes.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(processes, timeout=CLOSE_TIMEOUT)
+
+    def __repr__(self) -> str:
+        shares = "/".join(str(stop - start) for start, stop in self._shares) if hasattr(self, "_shares") else "?"
+        state = "closed" if self.closed else ("failed" if self._failure else "open")
+        return f"{type(self).__name__}(num_envs={len(self._fns)}, actors={len(self._shares)}x{shares} envs, {state})"

@@ -2,8 +2,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# RLlib pins its own Gymnasium; its tests run in a second venv that borrows the first one's
+# packages (torch, SB3, ale-py) from below its own, so only RLlib and its pins are installed there.
+RLLIB_VENV ?= .venv-rllib
+RLLIB_BIN := $(RLLIB_VENV)/bin
 
-.PHONY: install test lint format bench bench-pytest bench-full bench-train clean
+.PHONY: install install-rllib test test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +17,12 @@ install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plo
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e '.[dev]'
 
+install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymnasium it pins) over the first one's packages
+	test -x $(RLLIB_BIN)/python || $(PYTHON) -m venv $(RLLIB_VENV)
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+		"$$($(RLLIB_BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_vecshm_main_venv.pth"
+	$(RLLIB_BIN)/pip install -q -e '.[rllib]'
+
 PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py \
 	tests/test_lifecycle.py tests/test_errors.py
 
@@ -20,6 +30,10 @@ test: install  ## the README's test command: the suite, the parity tests again o
 	$(BIN)/python -m pytest -q
 	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
 	$(BIN)/python tests/sb3_suite/run.py
+	$(MAKE) test-rllib
+
+test-rllib: install-rllib  ## RLlib on vecshm, and the Gymnasium-facade parity tests again on RLlib's Gymnasium
+	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_vector_env.py tests/test_dropin.py
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples
@@ -41,5 +55,8 @@ bench-full: install  ## every workload (Atari included), n_envs sweep, plot in b
 bench-train: install  ## end to end: SB3 PPO on Pong with vec_env_cls swapped (learner on the GPU if there is one)
 	$(BIN)/python -m vecshm.bench.train
 
+bench-ray: install  ## the cost of the Ray hop: RayVecEnv (one actor) against ShmVecEnv, same envs, one run
+	$(BIN)/python -m vecshm.bench -w frames vector -s "vecshm ShmVecEnv" "vecshm RayVecEnv" "SB3 SubprocVecEnv"
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist
+	rm -rf $(VENV) $(RLLIB_VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist

@@ -222,6 +222,17 @@ def multiprocessing_helpers():
     yield
 
 
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """Wait until none of ``pids`` runs (zombies count as gone); the ones still running after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if process_alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)  # polling an external process table: no event to wait on
+    return [p for p in pids if process_alive(p)]
+
+
 def process_alive(pid: int) -> bool:
     """Running and not a zombie; False too if it vanishes while we look."""
     try:

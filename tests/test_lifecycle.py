@@ -7,11 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
-from conftest import process_alive
+from conftest import wait_gone
 from faulty_envs import healthy
 
 from vecshm import ShmVecEnv
@@ -37,16 +36,6 @@ PARENT_SCRIPT = textwrap.dedent(
             print("interrupted-and-closed", flush=True)
     """
 )
-
-
-def wait_gone(pids: list[int], seconds: float) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if process_alive(p)]
-        if not alive:
-            return []
-        time.sleep(0.05)  # polling an external process table: no event to wait on
-    return alive
 
 
 def start_parent(method: str) -> tuple[subprocess.Popen, list[int]]:

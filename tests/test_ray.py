@@ -16,9 +16,8 @@ from contextlib import closing
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, process_alive
+from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, process_alive, wait_gone
 from faulty_envs import faulty, healthy, raises_in_constructor
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -39,12 +38,6 @@ def ray_vec_env(env_fns, **options) -> RayVecEnv:
     options.setdefault("num_actors", 2)
     options.setdefault("actor_options", ON_BOTH_NODES)
     return RayVecEnv(env_fns, **options)
-
-
-def gone(pids: list[int], timeout: float = 30.0) -> bool:
-    procs = [psutil.Process(p) for p in pids if process_alive(p)]
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return not [p for p in alive if process_alive(p.pid)]
 
 
 CASES = [
@@ -172,7 +165,7 @@ def test_an_actor_killed_mid_run_is_an_error_naming_its_envs_within_seconds():
     with pytest.raises(FailedError):
         venv.reset()
     venv.close()
-    assert gone(pids), "the other actor and every vecshm worker end with close()"
+    assert wait_gone(pids, 30) == [], "the other actor and every vecshm worker end with close()"
 
 
 def test_restart_policy_rebuilds_a_dead_actor_and_truncates_its_episodes():

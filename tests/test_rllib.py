@@ -10,9 +10,8 @@ import os
 import signal
 
 import gymnasium as gym
-import psutil
 import pytest
-from conftest import process_alive
+from conftest import wait_gone
 
 pytest.importorskip("ray.rllib", reason="the RLlib tests need vecshm[rllib]")
 import ray  # noqa: E402
@@ -107,7 +106,9 @@ def test_a_dead_vecshm_worker_is_rebuilt_by_rllibs_sub_environment_restart():
 
 def test_by_default_rllib_restarts_the_runner_and_its_workers_do_not_outlive_it():
     register_env("vecshm-cartpole-runner-restart", "CartPole-v1")
-    algo = ppo("vecshm-cartpole-runner-restart", num_env_runners=1).build_algo()
+    # RLlib waits delay_between_env_runner_restarts_s (60 s by default) before it restarts a runner
+    config = ppo("vecshm-cartpole-runner-restart", num_env_runners=1)
+    algo = config.fault_tolerance(delay_between_env_runner_restarts_s=1.0).build_algo()
     try:
         algo.train()
         (before,) = on_runners(algo, describe)
@@ -116,8 +117,7 @@ def test_by_default_rllib_restarts_the_runner_and_its_workers_do_not_outlive_it(
         # service and restarts its actor (restart_failed_env_runners, on by default); training goes on
         result = algo.train()
         assert ENV_RUNNER_RESULTS in result
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in before["workers"][1:] if process_alive(p)], timeout=60)
-        assert not [p for p in alive if process_alive(p.pid)], "the old runner's other vecshm workers are gone"
+        assert wait_gone(before["workers"][1:], 60) == [], "the old runner's other vecshm workers are gone"
     finally:
         algo.stop()
 

@@ -33,7 +33,7 @@ test: install  ## the README's test command: the suite, the parity tests again o
 	$(MAKE) test-rllib
 
 test-rllib: install-rllib  ## RLlib on vecshm, and the Gymnasium-facade parity tests again on RLlib's Gymnasium
-	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_vector_env.py tests/test_dropin.py
+	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_vector_env.py tests/test_dropin.py tests/test_docs.py -k "not test_docs or scaling"
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples
@@ -56,7 +56,7 @@ bench-train: install  ## end to end: SB3 PPO on Pong with vec_env_cls swapped (l
 	$(BIN)/python -m vecshm.bench.train
 
 bench-ray: install  ## the cost of the Ray hop: RayVecEnv (one actor) against ShmVecEnv, same envs, one run
-	$(BIN)/python -m vecshm.bench -w frames vector -s "vecshm ShmVecEnv" "vecshm RayVecEnv" "SB3 SubprocVecEnv"
+	$(BIN)/python -m vecshm.bench -w frames vector pong -s "vecshm ShmVecEnv" "RayVecEnv" "SB3 SubprocVecEnv" -o bench-results/ray
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist

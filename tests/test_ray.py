@@ -204,3 +204,21 @@ def test_importing_vecshm_does_not_import_ray():
     code = "import sys, vecshm; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False"]
+
+
+def test_a_lost_node_is_an_error_naming_the_envs_it_hosted(ray_cluster):
+    node = ray_cluster.add_node(num_cpus=2, resources={"node_c": 100})
+    ray_cluster.wait_for_nodes()
+    options = [{"resources": {"node_a": 1}}, {"resources": {"node_c": 1}}]
+    venv = RayVecEnv([healthy] * 5, num_actors=2, actor_options=options)
+    try:
+        venv.reset()
+        ray_cluster.remove_node(node)
+        started = time.monotonic()
+        with pytest.raises(ActorDiedError) as error:
+            venv.step(np.zeros(5, dtype=np.int64))
+        assert time.monotonic() - started < 60, "Ray reports a lost node's actors within seconds"
+        assert error.value.env_indices == [3, 4]
+        assert "Ray actor 1" in str(error.value) and "envs 3-4" in str(error.value)
+    finally:
+        venv.close()

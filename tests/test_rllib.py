@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 from conftest import wait_gone
 
-pytest.importorskip("ray.rllib", reason="the RLlib tests need vecshm[rllib]")
+pytest.importorskip("ray.rllib.algorithms.ppo", reason="the RLlib tests need vecshm[rllib]", exc_type=ImportError)
 import ray  # noqa: E402
 from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME  # noqa: E402

@@ -90,6 +90,20 @@ def _shm_async(workload: Workload, n_envs: int) -> Stepper:
     return Stepper(env, step, reset, envs_per_step=batch)
 
 
+def _ray_vec_env(workload: Workload, n_envs: int) -> Stepper:
+    """One Ray actor holding every core, so its ShmVecEnv has the same workers as the one measured
+    beside it: the difference is the Ray hop (a task per step, results through the object store)."""
+    import ray
+
+    from vecshm.affinity import usable_cores
+    from vecshm.ray import RayVecEnv
+
+    cores = len(usable_cores())
+    if not ray.is_initialized():
+        ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return _stepper(RayVecEnv(workload.factories(n_envs), num_actors=1, actor_options={"num_cpus": cores}))
+
+
 def _vecshm_dummy(workload: Workload, n_envs: int) -> Stepper:
     from vecshm import DummyVecEnv
 
@@ -167,6 +181,7 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVectorEnv", _shm_vector),
         System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
         System("vecshm DummyVecEnv", _vecshm_dummy, default=False),
+        System("vecshm RayVecEnv (1 actor)", _ray_vec_env, ("ray",), default=False),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
         System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),
         System("Gymnasium AsyncVectorEnv(shared_memory=True)", _gym_async),

@@ -67,7 +67,7 @@ def capture(error: BaseException, offset: int, where: str, command: str) -> Fail
 
 def actor_died(where: str, command: str, env_indices: list[int], reason: BaseException | str) -> Failure:
     """The failure of an actor that died (or whose node was lost) while it hosted ``env_indices``."""
-    detail = str(reason).strip().split("\n", 1)[0]
+    detail = str(reason).strip().split("\n", 1)[0].rstrip(".")
     return Failure("actor died", where, command, list(env_indices), detail=detail)
 
 

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from test_parity import run_lockstep
 
-from vecshm import ActorDiedError, ClosedError, FailedError, WorkerDiedError, WorkerError
+from vecshm import ActorDiedError, ClosedError, FailedError, StepTimeoutError, WorkerDiedError, WorkerError
 
 ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
 from vecshm.ray import RayVecEnv  # noqa: E402
@@ -222,3 +222,19 @@ def test_a_lost_node_is_an_error_naming_the_envs_it_hosted(ray_cluster):
         assert "Ray actor 1" in str(error.value) and "envs 3-4" in str(error.value)
     finally:
         venv.close()
+
+
+def test_actors_that_cannot_be_placed_fail_the_constructor_instead_of_hanging():
+    with pytest.raises(StepTimeoutError, match="was it placed"):
+        RayVecEnv([healthy] * 2, num_actors=1, actor_options={"resources": {"no_such_resource": 1}}, start_timeout=2)
+
+
+def test_an_actor_that_does_not_answer_within_actor_timeout_is_named_and_stopped():
+    venv = ray_vec_env([healthy] * 2 + [faulty("hang", fail_at=1)] * 2, actor_timeout=3)
+    venv.reset()
+    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    with pytest.raises(StepTimeoutError) as error:
+        venv.step(np.zeros(4, dtype=np.int64))
+    assert error.value.env_indices == [2, 3] and "Ray actor 1" in str(error.value)
+    venv.close()
+    assert wait_gone(pids, 30) == [], "the stuck actor and its workers are gone after close()"

@@ -90,8 +90,9 @@ def to_exception(failures: list[Failure]) -> BaseException:
             first.exitcode,
         )
     if first.kind == "timeout":
+        hint = f" ({first.detail})" if first.detail else ""
         return StepTimeoutError(
-            f"env(s) {first.env_indices} in {first.where} did not finish {first.command} within the timeout; "
+            f"env(s) {first.env_indices} in {first.where} did not finish {first.command} within the timeout{hint}; "
             "the vec env can only be closed now",
             first.env_indices,
         )

@@ -24,6 +24,7 @@ __all__ = ["RayVecEnv"]
 
 MAX_RESTARTS_PER_ACTOR = 20
 CLOSE_TIMEOUT = 10.0  # seconds for an actor to close its vec env before it is killed
+START_TIMEOUT = 300.0  # default seconds for the actors to be placed and build their envs
 DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
 _EnvHostActor = ray.remote(EnvHost)
@@ -103,6 +104,9 @@ class RayVecEnv(VecEnv):
         its envs' episodes end as truncated (``TimeLimit.truncated``, ``actor_restarted`` in the info)
     :param actor_timeout: seconds to wait for the actors on any call before a ``StepTimeoutError``
         (default: wait; a dead actor or node still ends the wait as soon as Ray notices it)
+    :param start_timeout: seconds for the actors (and a restarted one) to be placed and build their
+        envs before a ``StepTimeoutError``: a cluster short of the resources asked for fails instead of
+        hanging (None: wait, e.g. for an autoscaler)
     :param shm_options: passed to each actor's ``ShmVecEnv`` (``start_method``, ``envs_per_worker``,
         ``step_timeout``, ``on_worker_failure``, ...)
 
@@ -121,6 +125,7 @@ class RayVecEnv(VecEnv):
         *,
         on_actor_failure: str = "raise",
         actor_timeout: float | None = None,
+        start_timeout: float | None = START_TIMEOUT,
         **shm_options: Any,
     ) -> None:
         self.closed = True  # until actors exist: close() must not touch a half-built object
@@ -143,6 +148,7 @@ class RayVecEnv(VecEnv):
         self._shm_options = shm_options
         self._restart_actors = on_actor_failure == "restart"
         self.actor_timeout = actor_timeout
+        self.start_timeout = start_timeout
         self._registry = snapshot_registry()
         self._restarts = [0] * n_actors
         self._last_obs: list[Any] = [None] * n_actors
@@ -152,7 +158,7 @@ class RayVecEnv(VecEnv):
         self.closed = False
         try:
             self.actors = [self._launch(k) for k in range(n_actors)]
-            self.hosts = self._gather([a.describe.remote() for a in self.actors], "start")
+            self.hosts = self._gather([a.describe.remote() for a in self.actors], "start", timeout=start_timeout)
             observation_space, action_space = self._spaces(self.hosts)
             super().__init__(len(self._fns), observation_space, action_space)
         except BaseException:
@@ -201,20 +207,25 @@ class RayVecEnv(VecEnv):
         hosts = getattr(self, "hosts", None)
         return hosts[k]["where"] if hosts and isinstance(hosts[k], dict) else f"Ray actor {k}"
 
-    def _gather(self, refs: list[Any], command: str, actors: list[int] | None = None) -> list[Any]:
+    def _gather(
+        self, refs: list[Any], command: str, actors: list[int] | None = None, timeout: float | None = None
+    ) -> list[Any]:
         """Every answer to ``refs`` (sent to ``actors``, default all, in order); raise for any failure.
+
+        ``timeout`` replaces ``actor_timeout`` for this wait.
 
         A failure during ``start``, ``reset`` or ``step`` leaves the vec env failed (only ``close()``
         works), as in ``ShmVecEnv``; a failed ``get_attr``/``env_method`` does not.
         """
         actors = list(range(len(refs))) if actors is None else actors
         fatal = command in ("start", "reset", "step")
-        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.actor_timeout)
+        timeout = self.actor_timeout if timeout is None and command != "start" else timeout
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if late:
             envs = [i for k, ref in zip(actors, refs) if ref in late for i in self._envs_of(k)]
             where = ", ".join(self._where(k) for k, ref in zip(actors, refs) if ref in late)
-            failure = Failure("timeout", where, command, envs)
-            self._fail_with([failure])
+            hint = "was it placed? Ray waits for the resources its actor_options ask for" if command == "start" else ""
+            self._fail_with([Failure("timeout", where, command, envs, detail=hint)])
         answers, failures = [], []
         for k, ref in zip(actors, refs):
             try:
@@ -259,7 +270,14 @@ class RayVecEnv(VecEnv):
         start, stop = self._shares[k]
         seeds = self._seeds[start:stop] if command == "reset" else [None] * (stop - start)
         options = self._options[start:stop] if command == "reset" else [{}] * (stop - start)
-        host, answer = ray.get([self.actors[k].describe.remote(), self.actors[k].reset.remote(seeds, options)])
+        refs = [self.actors[k].describe.remote(), self.actors[k].reset.remote(seeds, options)]
+        ready, _ = ray.wait(refs, num_returns=2, timeout=self.start_timeout)
+        if len(ready) < 2:
+            return Failure("timeout", where, f"restart after {command}", self._envs_of(k), detail="the new actor")
+        try:
+            host, answer = ray.get(refs)
+        except RayActorError as died:
+            return actor_died(where, f"restart after {command}", self._envs_of(k), died)
         if isinstance(host, Failure) or isinstance(answer, Failure):
             return host if isinstance(host, Failure) else answer
         self.hosts[k] = host

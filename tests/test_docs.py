@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
@@ -27,5 +28,9 @@ def test_documented_example_runs(code, tmp_path):
         pytest.importorskip("ray.rllib.algorithms.ppo", exc_type=ImportError)
     elif "import ray" in code:
         pytest.importorskip("ray")
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    # RAY_ADDRESS=local: a Ray example starts its own instance, even if a cluster runs on this machine
+    env = {**os.environ, "RAY_ADDRESS": "local"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=280, env=env
+    )
     assert result.returncode == 0, result.stderr

@@ -26,10 +26,11 @@ install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymna
 PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py \
 	tests/test_lifecycle.py tests/test_errors.py
 
-test: install  ## the README's test command: the suite, the parity tests again on the portable path, SB3's own tests
+test: install  ## the README's test command: the suite, the parity tests on the portable path, SB3's own tests (also on RayVecEnv), RLlib
 	$(BIN)/python -m pytest -q
 	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
 	$(BIN)/python tests/sb3_suite/run.py
+	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k test_vec_envs  # SB3's SubprocVecEnv tests on RayVecEnv
 	$(MAKE) test-rllib
 
 test-rllib: install-rllib  ## RLlib on vecshm, and the Gymnasium-facade parity tests again on RLlib's Gymnasium

@@ -7,6 +7,7 @@ import them: ``SubprocVecEnv`` is ``ShmVecEnv``, and ``DummyVecEnv`` and every w
 vecshm's. SB3's own internals (PPO wrapping a single env, ...) keep SB3's classes.
 
     python tests/sb3_suite/run.py [pytest arguments]
+    VECSHM_SB3_SUBPROC=ray python tests/sb3_suite/run.py -k test_vec_envs   # SubprocVecEnv is RayVecEnv
 
 Exits with pytest's status. The sdist is cached in ``.sb3-sdist/`` (pip needs the package index
 once; nothing else is downloaded).
@@ -27,6 +28,8 @@ CACHE = ROOT / ".sb3-sdist"
 
 CONFTEST = '''
 """Written by vecshm's tests/sb3_suite/run.py: SB3's vec-env names, bound to vecshm's classes."""
+import os
+
 import stable_baselines3  # noqa: F401  (SB3's internals bind SB3's own classes first)
 import stable_baselines3.common.vec_env as sb3_vec_env
 import stable_baselines3.common.vec_env.stacked_observations as sb3_stacked
@@ -45,6 +48,20 @@ REPLACED = {
     "VecExtractDictObs": vecshm.VecExtractDictObs,
     "VecEnvWrapper": vecshm.VecEnvWrapper,
 }
+if os.environ.get("VECSHM_SB3_SUBPROC") == "ray":  # SubprocVecEnv is RayVecEnv, on a local Ray instance
+    import ray
+    from vecshm.ray import RayVecEnv
+
+    class RaySubprocVecEnv(RayVecEnv):
+        """SubprocVecEnv's signature on RayVecEnv: two actors (one for a single env)."""
+
+        def __init__(self, env_fns, start_method=None):
+            super().__init__(env_fns, min(2, len(env_fns)), start_method=start_method)
+
+    # logical CPUs: SB3's tests leave vec envs unclosed, whose actors would hold 2 real ones until collected
+    ray.init(address="local", num_cpus=64, include_dashboard=False, log_to_driver=False)
+    REPLACED["SubprocVecEnv"] = RaySubprocVecEnv
+
 for name, cls in REPLACED.items():
     setattr(sb3_vec_env, name, cls)
 sb3_stacked.StackedObservations = vecshm.StackedObservations

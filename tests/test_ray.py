@@ -238,3 +238,46 @@ def test_an_actor_that_does_not_answer_within_actor_timeout_is_named_and_stopped
     assert error.value.env_indices == [2, 3] and "Ray actor 1" in str(error.value)
     venv.close()
     assert wait_gone(pids, 30) == [], "the stuck actor and its workers are gone after close()"
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np, ray
+from faulty_envs import faulty, healthy
+from vecshm.ray import RayVecEnv
+
+if __name__ == "__main__":
+    ray.init(address={address!r}, log_to_driver=False)
+    venv = RayVecEnv([healthy, healthy, faulty("hang", fail_at=1), healthy], num_actors=2, actor_options={options!r})
+    venv.reset()
+    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    print(" ".join(map(str, pids)), flush=True)
+    venv.step(np.zeros(4, dtype=np.int64))  # env 2 hangs: the driver waits here until it is killed
+"""
+
+
+def test_actors_and_their_workers_end_when_the_driver_is_killed(ray_cluster):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = DRIVER.format(tests=tests, address=ray_cluster.address, options=ON_BOTH_NODES)
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) >= 4, "two actors and their vecshm workers"
+    finally:
+        driver.kill()
+        driver.wait()
+    # Ray ends the actors a dead driver owned; their workers die with them (parent-death signal)
+    assert wait_gone(pids, 60) == []
+
+
+def test_a_factory_the_actors_cannot_load_is_an_error_naming_the_actor(tmp_path, monkeypatch):
+    source = "import gymnasium as gym\n\ndef make():\n    return gym.make('CartPole-v1')\n"
+    (tmp_path / "driver_only_envs.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here, not on the Ray workers
+    import driver_only_envs
+
+    with pytest.raises(ModuleNotFoundError, match="driver_only_envs") as error:
+        ray_vec_env([driver_only_envs.make] * 2)
+    if sys.version_info >= (3, 11):
+        assert "Ray actor" in "".join(error.value.__notes__)

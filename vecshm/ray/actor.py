@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
+import cloudpickle
 import numpy as np
 
 from vecshm.ray.failures import Failure, capture
@@ -50,22 +50,21 @@ def host_options(num_envs: int, options: dict[str, Any]) -> dict[str, Any]:
 
 
 class EnvHost:
-    """Hosts envs ``offset .. offset + len(env_fns) - 1`` of a ``RayVecEnv`` (Ray actor ``index``)."""
+    """Hosts envs ``offset, offset + 1, ...`` of a ``RayVecEnv`` (Ray actor ``index``).
 
-    def __init__(
-        self,
-        env_fns: list[Callable[[], gym.Env]],
-        offset: int,
-        index: int,
-        options: dict[str, Any],
-        registry: bytes,
-    ) -> None:
+    ``env_fns`` arrive cloudpickled and are loaded here, so a factory that cannot be loaded on this
+    node (its module is not installed there) is reported like any other start-up failure, with the
+    actor and its envs named, instead of as Ray's argument-deserialization error.
+    """
+
+    def __init__(self, env_fns: bytes, offset: int, index: int, options: dict[str, Any], registry: bytes) -> None:
         self.offset = offset
         self.where = f"Ray actor {index} (node {_node_ip()}, pid {os.getpid()})"
         self.venv: ShmVecEnv | None = None
         self.broken: Failure | None = None
         try:
             adopt_registry(registry)  # env ids the driver registered at run time
+            env_fns = cloudpickle.loads(env_fns)
             options = {**host_options(len(env_fns), options), "copy": False}
             self.venv = ShmVecEnv(env_fns, **options)
         except Exception as error:  # reported by the first call, with the envs named

@@ -67,7 +67,8 @@ def capture(error: BaseException, offset: int, where: str, command: str) -> Fail
 
 def actor_died(where: str, command: str, env_indices: list[int], reason: BaseException | str) -> Failure:
     """The failure of an actor that died (or whose node was lost) while it hosted ``env_indices``."""
-    detail = str(reason).strip().split("\n", 1)[0].rstrip(".")
+    first, _, rest = str(reason).strip().partition("\n")
+    detail = first.rstrip(".") + (f".\n\nRay's report:\n{rest.strip()}" if rest.strip() else "")
     return Failure("actor died", where, command, list(env_indices), detail=detail)
 
 
@@ -97,10 +98,11 @@ def to_exception(failures: list[Failure]) -> BaseException:
             first.env_indices,
         )
     if first.kind == "actor died":
+        summary, _, report = first.detail.partition("\n")
         return ActorDiedError(
-            f"{first.where}, hosting {_span(first.env_indices)}, died during {first.command}: {first.detail}. "
+            f"{first.where}, hosting {_span(first.env_indices)}, died during {first.command}: {summary.rstrip('.')}. "
             "The vec env cannot continue; close() it and create a new one "
-            "(or pass on_actor_failure='restart').",
+            "(or pass on_actor_failure='restart')." + (f"\n{report}" if report else ""),
             first.env_indices,
             None,
         )
@@ -110,5 +112,7 @@ def to_exception(failures: list[Failure]) -> BaseException:
         except Exception:
             error = None
         if isinstance(error, BaseException):
+            if hasattr(error, "add_note"):  # Python 3.11+: say where it was raised
+                error.add_note(f"(raised in {first.where} during {first.command})")
             return error
     return RuntimeError(f"{first.where} failed during {first.command}: {first.detail}")

@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 import numpy as np
 import psutil
@@ -177,7 +178,7 @@ class RayVecEnv(VecEnv):
     def _launch(self, k: int) -> Any:
         start, stop = self._shares[k]
         return _EnvHostActor.options(**self._per_actor[k]).remote(
-            self._fns[start:stop], start, k, self._shm_options, self._registry
+            cloudpickle.dumps(self._fns[start:stop]), start, k, self._shm_options, self._registry
         )
 
     @staticmethod

@@ -8,7 +8,9 @@ install would otherwise win (a script's own folder, not the current directory, c
     for i in 1 2 3 4 5 6; do for tree in ../old .; do
         PYTHONPATH=$tree python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3; done; done
 
-and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; 8 envs, 2 s.
+and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; 8 envs (or the
+third argument), 2 s. The id ``ale-infos`` is a zero-compute env defined here (so any checkout runs
+it) whose infos are ALE's: ``lives``, ``episode_frame_number`` and ``frame_number`` on every step.
 """
 
 from __future__ import annotations
@@ -26,14 +28,39 @@ N_ENVS = 8
 SECONDS = 2.0
 
 
-def main(env_id: str, facade: str) -> float:
-    fns = [lambda: gym.make(env_id) for _ in range(N_ENVS)]
+class AleInfoEnv(gym.Env):
+    """No compute, a 4-float observation, and the three scalar infos ALE returns on every step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.t = self.frames = 0
+        self.obs = np.zeros(4, np.float32)
+
+    def _info(self) -> dict:
+        return {"lives": 3, "episode_frame_number": 4 * self.t, "frame_number": self.frames}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.obs, self._info()
+
+    def step(self, action):
+        self.t += 1
+        self.frames += 4
+        return self.obs, 0.0, False, self.t >= 1000, self._info()
+
+
+def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
+    make = AleInfoEnv if env_id == "ale-infos" else (lambda: gym.make(env_id))
+    fns = [make for _ in range(n_envs)]
     venv = ShmVecEnv(fns) if facade == "sb3" else ShmVectorEnv(fns)
     try:
         venv.reset()
         space = venv.action_space if facade == "sb3" else venv.single_action_space
         space.seed(0)
-        actions = np.stack([space.sample() for _ in range(N_ENVS)])
+        actions = np.stack([space.sample() for _ in range(n_envs)])
         for _ in range(2000):  # warm-up: caches, spinners, allocator
             venv.step(actions)
         steps, start = 0, time.perf_counter()
@@ -41,10 +68,10 @@ def main(env_id: str, facade: str) -> float:
             for _ in range(200):
                 venv.step(actions)
             steps += 200
-        return steps * N_ENVS / (time.perf_counter() - start)
+        return steps * n_envs / (time.perf_counter() - start)
     finally:
         venv.close()
 
 
 if __name__ == "__main__":
-    print(f"{main(sys.argv[1], sys.argv[2]):.0f}")
+    print(f"{main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:4])):.0f}")

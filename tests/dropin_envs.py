@@ -70,3 +70,41 @@ class FailingEnv(EchoEnv):
         if action >= 1:
             raise ValueError(f"Error in step with {action}")
         return super().step(action)
+
+
+class CounterInfoEnv(gym.Env):
+    """Infos like ALE's (``lives``, ``episode_frame_number``, ``frame_number``: Python ints), with
+    now and then an empty info, an extra float key, or a NumPy-typed value, so that both ways of
+    batching infos (per key, and env by env) are taken."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, tag: int = 0) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.tag = tag
+        self.t = self.frames = 0
+
+    def _info(self) -> dict[str, Any]:
+        if (self.t + self.tag) % 11 == 0:
+            return {}
+        info: dict[str, Any] = {"lives": 3 - self.t // 4, "episode_frame_number": 4 * self.t}
+        info["frame_number"] = self.frames
+        if self.t % 6 == 5:  # envs in step with each other all have it; others (after a reset) do not
+            info["bonus"] = 0.5 * self.t
+        if self.tag == 4 and self.t % 4 == 1:
+            info["lives"] = np.int32(info["lives"])
+        if self.tag == 2 and self.t % 3 == 0:
+            info["ok"] = self.t % 2 == 0
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        self.frames += 4
+        obs = np.full(2, self.t / 100, np.float32)
+        return obs, float(action), self.t >= 9 + self.tag, False, self._info()

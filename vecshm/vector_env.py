@@ -17,6 +17,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
+from vecshm.info_batching import batch_infos
 from vecshm.protocol import AutoReset, CallOp
 
 __all__ = ["ShmVectorEnv"]
@@ -161,11 +162,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
-        infos: dict[str, Any] = {}
         chosen = np.flatnonzero(self._reset_mask).tolist()
+        reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for i, info in zip(chosen, self._engine.infos(chosen)):
-            infos = self._add_info(infos, info, i)
-        return self._engine.observations(None, self.copy), infos
+            reset_infos[i] = info
+        return self._engine.observations(None, self.copy), batch_infos(self.num_envs, reset_infos, self._add_info)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -197,17 +198,20 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         rows = slice(None) if env_ids is None else env_ids
         ids = self._all if env_ids is None else env_ids.tolist()
         batch = self if env_ids is None else _InfoBatch(len(ids))
-        infos: dict[str, Any] = {}
         step_infos = self._engine.infos(ids)
         finals: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in np.flatnonzero(b.terminated[rows] | b.truncated[rows])]
             finals = dict(zip(ended, self._engine.infos(ended, "final")))
-        for k, i in enumerate(ids):
-            if i in finals:
-                final_obs = self._engine.final_observation(i)
-                infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
-            infos = batch._add_info(infos, step_infos[k], k)
+        if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
+            infos: dict[str, Any] = {}
+            for k, i in enumerate(ids):
+                if i in finals:
+                    final_obs = self._engine.final_observation(i)
+                    infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
+                infos = batch._add_info(infos, step_infos[k], k)
+        else:
+            infos = batch_infos(len(ids), step_infos, batch._add_info)
         rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
         return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos
 

@@ -1,0 +1,67 @@
+"""Gymnasium's info dict-of-arrays for a batch of envs, built one array per key where that gives the same result.
+
+``VectorEnv._add_info`` adds one env's info at a time: for ALE's three scalar keys that is three
+array lookups, assignments and mask updates per env per step, in the parent, while every worker
+waits for the next command. When the infos of a batch are flat dicts with the same keys and the
+same scalar types (ALE's ``lives``/``episode_frame_number``/``frame_number``, most envs' counters),
+each key's array and mask are filled in one assignment instead: same keys, order, dtypes and values
+as ``_add_info`` gives. Anything else (nested dicts, arrays, objects, keys or types that differ
+between envs, ``final_obs``) goes through ``_add_info`` itself, env by env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["batch_infos"]
+
+AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+def _scalar_type(value: Any) -> type | None:
+    """The dtype ``_add_info`` gives a key whose first value is ``value``, if it is a scalar it batches as is."""
+    kind = type(value)
+    if kind in (int, float, bool) or issubclass(kind, np.number):
+        return kind
+    return None
+
+
+def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
+    """The keys and value types every info shares, when all are flat scalar dicts alike; else None."""
+    first = infos[0]
+    keys = tuple(first)
+    types = tuple(type(value) for value in first.values())
+    if any(_scalar_type(value) is None for value in first.values()) or any(k.startswith("_") for k in keys):
+        return None  # "_key" masks could collide with a key of that name: leave it to _add_info
+    if "final_obs" in keys:
+        return None
+    for info in infos[1:]:
+        if tuple(info) != keys or tuple(type(value) for value in info.values()) != types:
+            return None
+    return keys, types
+
+
+def batch_infos(num_envs: int, infos: Sequence[dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
+    """The vector info of ``infos`` (the info of env ``k`` at position ``k``), as ``add_info`` would build it."""
+    positions = [k for k, info in enumerate(infos) if info]
+    if not positions:
+        return {}
+    filled = [infos[k] for k in positions]
+    shape = _uniform(filled)
+    if shape is None:
+        vector_infos: dict[str, Any] = {}
+        for k in positions:
+            vector_infos = add_info(vector_infos, infos[k], k)
+        return vector_infos
+    keys, types = shape
+    vector_infos = {}
+    for key, kind in zip(keys, types):
+        array = np.zeros(num_envs, dtype=kind)
+        array[positions] = [info[key] for info in filled]
+        mask = np.zeros(num_envs, dtype=np.bool_)
+        mask[positions] = True
+        vector_infos[key], vector_infos[f"_{key}"] = array, mask
+    return vector_infos

@@ -17,7 +17,16 @@ from contextlib import closing
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, process_alive, wait_gone
+from conftest import (
+    ACTION_SPACES,
+    SPACES,
+    SpaceEnv,
+    assert_tree_equal,
+    make_space_env,
+    process_alive,
+    sample_actions,
+    wait_gone,
+)
 from faulty_envs import faulty, healthy, raises_in_constructor
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -281,3 +290,24 @@ def test_a_factory_the_actors_cannot_load_is_an_error_naming_the_actor(tmp_path,
         ray_vec_env([driver_only_envs.make] * 2)
     if sys.version_info >= (3, 11):
         assert "Ray actor" in "".join(error.value.__notes__)
+
+
+TUPLE_ACTIONS = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)))
+
+
+def tuple_action_env() -> gym.Env:
+    return gym.wrappers.TimeLimit(SpaceEnv(SPACES["box_f32"], TUPLE_ACTIONS), max_episode_steps=6)
+
+
+def test_tuple_actions_as_one_batch_or_one_per_env_match_sb3_dummy_vec_env():
+    fns = [tuple_action_env] * 3
+    with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+        venv.seed(5)
+        reference.seed(5)
+        assert_tree_equal(venv.reset(), reference.reset(), "reset")
+        rng = np.random.default_rng(0)
+        for t in range(10):
+            batch = sample_actions(TUPLE_ACTIONS, 3, rng)  # Gymnasium's form: one array per subspace
+            per_env = [tuple(leaf[i] for leaf in batch) for i in range(3)]  # SB3's form: one tuple per env
+            expected = reference.step(per_env)
+            assert_tree_equal(venv.step(batch if t % 2 else per_env), expected, f"step {t}")

@@ -15,7 +15,9 @@ import psutil
 import ray
 from ray.exceptions import RayActorError
 
+from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
+from vecshm.layout import tree_map
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception
 from vecshm.registry import snapshot_registry
@@ -52,28 +54,9 @@ def _concat(parts: list[Any]) -> Any:
     return np.concatenate(parts)
 
 
-def _row(batch: Any, i: int) -> Any:
-    """Env ``i``'s observation out of a batch, copied."""
-    if isinstance(batch, dict):
-        return {key: _row(value, i) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_row(value, i) for value in batch)
-    return batch[i].copy()
-
-
-def _rows(actions: Any, start: int, stop: int) -> Any:
-    if isinstance(actions, dict):
-        return {key: _rows(value, start, stop) for key, value in actions.items()}
-    return actions[start:stop]
-
-
 def _writable(value: Any) -> Any:
     """``value`` with every array in it copied (Ray's are read-only views of its object store)."""
-    if isinstance(value, dict):
-        return {key: _writable(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_writable(item) for item in value)
-    return value.copy() if isinstance(value, np.ndarray) else value
+    return tree_map(lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else leaf, value)
 
 
 def _writable_terminals(infos: list[dict]) -> list[dict]:
@@ -289,7 +272,7 @@ class RayVecEnv(VecEnv):
         infos = [
             {
                 "TimeLimit.truncated": True,
-                "terminal_observation": _row(last, i),
+                "terminal_observation": tree_map(lambda leaf, i=i: leaf[i].copy(), last),
                 "actor_restarted": True,
                 "worker_restarted": True,
             }
@@ -319,8 +302,11 @@ class RayVecEnv(VecEnv):
         self._check_usable()
         if self.waiting:
             raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
+        # one batch (Dict/Tuple actions given one per env, as SB3 allows, are stacked), then each actor's rows
+        actions = batch_actions(self.action_space, actions, self.num_envs)
         self._pending = [
-            actor.step.remote(_rows(actions, start, stop)) for actor, (start, stop) in zip(self.actors, self._shares)
+            actor.step.remote(tree_map(lambda leaf, a=start, b=stop: leaf[a:b], actions))
+            for actor, (start, stop) in zip(self.actors, self._shares)
         ]
         self.waiting = True
 

@@ -58,6 +58,10 @@ CASES = [
 ]
 
 
+def actor_and_worker_pids(venv: RayVecEnv) -> list[int]:
+    return [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+
+
 @pytest.mark.parametrize(("obs_key", "act_key"), CASES)
 def test_bit_identical_to_sb3_dummy_vec_env(obs_key, act_key):
     # 5 envs over 2 actors (3 + 2): obs, rewards, dones, infos, terminal observations, reset_infos
@@ -163,7 +167,7 @@ def test_a_vecshm_worker_killed_inside_an_actor_names_its_envs():
 def test_an_actor_killed_mid_run_is_an_error_naming_its_envs_within_seconds():
     venv = ray_vec_env([healthy] * 4)
     venv.reset()
-    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    pids = actor_and_worker_pids(venv)
     os.kill(venv.hosts[0]["pid"], signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(ActorDiedError) as error:
@@ -197,7 +201,7 @@ def test_restart_policy_rebuilds_a_dead_actor_and_truncates_its_episodes():
 def test_close_leaves_no_actor_or_worker_and_later_use_is_refused():
     venv = ray_vec_env([healthy] * 4)
     venv.reset()
-    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    pids = actor_and_worker_pids(venv)
     actors = list(venv.actors)
     venv.close()
     assert not [p for p in pids if process_alive(p)], "close() returns once its local processes are gone"
@@ -241,7 +245,7 @@ def test_actors_that_cannot_be_placed_fail_the_constructor_instead_of_hanging():
 def test_an_actor_that_does_not_answer_within_actor_timeout_is_named_and_stopped():
     venv = ray_vec_env([healthy] * 2 + [faulty("hang", fail_at=1)] * 2, actor_timeout=3)
     venv.reset()
-    pids = [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+    pids = actor_and_worker_pids(venv)
     with pytest.raises(StepTimeoutError) as error:
         venv.step(np.zeros(4, dtype=np.int64))
     assert error.value.env_indices == [2, 3] and "Ray actor 1" in str(error.value)

@@ -16,6 +16,7 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+import ray
 
 from vecshm.ray.failures import Failure, capture
 from vecshm.registry import adopt_registry
@@ -30,8 +31,6 @@ CALLS = frozenset({"get_attr", "set_attr", "env_method", "env_is_wrapped", "has_
 def assigned_cpus() -> int | None:
     """Whole CPUs Ray reserved for this actor (None outside an actor, or when none were reserved)."""
     try:
-        import ray
-
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     except Exception:
         return None
@@ -59,7 +58,7 @@ class EnvHost:
 
     def __init__(self, env_fns: bytes, offset: int, index: int, options: dict[str, Any], registry: bytes) -> None:
         self.offset = offset
-        self.where = f"Ray actor {index} (node {_node_ip()}, pid {os.getpid()})"
+        self.where = f"Ray actor {index} (node {ray.util.get_node_ip_address()}, pid {os.getpid()})"
         self.venv: ShmVecEnv | None = None
         self.broken: Failure | None = None
         try:
@@ -87,7 +86,7 @@ class EnvHost:
                 "action_space": venv.action_space,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
-                "node_id": _node_id(),
+                "node_id": ray.get_runtime_context().get_node_id(),
                 "where": self.where,
             },
         )
@@ -122,21 +121,3 @@ class EnvHost:
     def close(self) -> None:
         if self.venv is not None:
             self.venv.close()
-
-
-def _node_id() -> str | None:
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-    except Exception:
-        return None
-
-
-def _node_ip() -> str:
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address()
-    except Exception:
-        return socket.gethostname()

@@ -21,12 +21,10 @@ __all__ = ["batch_infos"]
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
-def _scalar_type(value: Any) -> type | None:
-    """The dtype ``_add_info`` gives a key whose first value is ``value``, if it is a scalar it batches as is."""
+def _is_scalar(value: Any) -> bool:
+    """Whether ``_add_info`` makes an array of ``type(value)`` for it (Python int/float/bool, NumPy numbers)."""
     kind = type(value)
-    if kind in (int, float, bool) or issubclass(kind, np.number):
-        return kind
-    return None
+    return kind in (int, float, bool) or issubclass(kind, np.number)
 
 
 def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
@@ -34,7 +32,7 @@ def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, 
     first = infos[0]
     keys = tuple(first)
     types = tuple(type(value) for value in first.values())
-    if any(_scalar_type(value) is None for value in first.values()) or any(k.startswith("_") for k in keys):
+    if not all(_is_scalar(value) for value in first.values()) or any(k.startswith("_") for k in keys):
         return None  # "_key" masks could collide with a key of that name: leave it to _add_info
     if "final_obs" in keys:
         return None

@@ -94,5 +94,12 @@ def test_batch_mode_errors():
             envs.send(np.zeros(3, dtype=np.int64), other)
         envs.send(np.zeros(3, dtype=np.int64))
         envs.recv()
-        envs.recv()
+        ids = envs.recv()[-1]
+        # the workers of a valid id list are remembered: the same bytes in another shape are still refused
+        with pytest.raises(ValueError, match="1-d"):
+            envs.send(np.zeros((1, 3), dtype=np.int64), ids.reshape(1, 3))
+        with pytest.raises(ValueError, match="whole workers"):
+            envs.send(np.zeros(2, dtype=np.int64), ids[:2])
+        envs.send(np.zeros(3, dtype=np.int64), ids.tolist())
+        assert envs.recv()[-1].tolist() == ids.tolist()
         envs.reset(seed=1)  # synchronous use again once nothing is in flight

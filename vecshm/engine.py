@@ -51,6 +51,7 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 # end with 1 ms, 1.42x with this cap), while a loop with no learner work turns a step round mostly
 # within it (zero-compute throughput: about 3% less). Only the automatic setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
+WORKERS_OF_CACHE = 1024  # distinct env id lists whose workers are remembered (see Engine.workers_of)
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
@@ -157,6 +158,7 @@ class Engine:
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
         self.all_workers = np.arange(self.num_workers)
+        self._workers_of_ids: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}  # see workers_of
         self.spin_seconds = self._spin_budget(spin)
         worker_spin = self.spin_seconds if spin is not None else min(self.spin_seconds, WORKER_SPIN_SECONDS)
         self._spinner = Spinner(self.spin_seconds)
@@ -387,8 +389,23 @@ class Engine:
     # -- async batches: workers in flight, results taken as they come ---------------------------
 
     def workers_of(self, env_ids: np.ndarray) -> np.ndarray:
-        """The workers hosting exactly ``env_ids`` (whole workers only), in order."""
+        """The workers hosting exactly ``env_ids`` (whole workers only), in order.
+
+        An async loop sends back the batches ``recv`` returned, so the same few id lists come again
+        and again: each is checked once, then answered from a small cache (read-only arrays).
+        """
         env_ids = np.asarray(env_ids, dtype=np.int64)
+        key = (env_ids.shape, env_ids.tobytes())
+        workers = self._workers_of_ids.get(key)
+        if workers is None:
+            workers = self._check_workers_of(env_ids)
+            workers.flags.writeable = False
+            if len(self._workers_of_ids) >= WORKERS_OF_CACHE:
+                self._workers_of_ids.clear()
+            self._workers_of_ids[key] = workers
+        return workers
+
+    def _check_workers_of(self, env_ids: np.ndarray) -> np.ndarray:
         if env_ids.ndim != 1 or len(env_ids) == 0:
             raise ValueError(f"env_ids must be a non-empty 1-d list of env indices, got {env_ids!r}")
         if env_ids.min() < 0 or env_ids.max() >= self.num_envs:

@@ -178,6 +178,7 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv", _shm()),
         System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
+        System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
         System("vecshm ShmVectorEnv", _shm_vector),
         System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
         System("vecshm DummyVecEnv", _vecshm_dummy, default=False),

@@ -16,80 +16,42 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
-from typing import Any
 
-from vecshm.bench.workloads import get_workload
+from vecshm.bench.runner import measure_rate
+from vecshm.bench.systems import Stepper, _envpool, _envpool_async, _shm_async, _shm_vector
+from vecshm.bench.workloads import Workload, get_workload
 
-
-def _shm(workload: str, n_envs: int, batch: int | None, per_worker: int | None, **options: Any) -> tuple[Any, Callable]:
-    from vecshm import ShmVectorEnv
-
-    workload = get_workload(workload)
-    env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker, **options)
-    actions = workload.actions(n_envs)
-    if batch is None:
-        env.reset(seed=0)
-        return env, lambda k: env.step(actions[k % len(actions)])
-    env.async_reset(seed=0)
-
-    def step(k: int) -> Any:
-        result = env.recv()
-        env.send(actions[k % len(actions)][:batch], result[-1])
-        return result
-
-    return env, step
+WARM_UP_STEPS = 300
 
 
-def _envpool(workload: str, n_envs: int, batch: int | None) -> tuple[Any, Callable]:
-    from vecshm.bench.systems import _envpool_make
-
-    workload = get_workload(workload)
-    env = _envpool_make(workload, n_envs, batch)
-    actions = workload.actions(n_envs)
-    if batch is None:
-        env.reset()
-        return env, lambda k: env.step(actions[k % len(actions)])
-    env.async_reset()
-
-    def step(k: int) -> Any:
-        result = env.recv()
-        env.send(actions[k % len(actions)][:batch], result[4]["env_id"])
-        return result
-
-    return env, step
-
-
-def arrangements(w: str, n: int) -> dict[str, Callable[[], tuple[Any, Callable]]]:
+def arrangements(n: int) -> dict[str, Callable[[Workload, int], Stepper]]:
+    """The bench's own builders (``vecshm.bench.systems``), with the knobs turned."""
     half = n // 2
     return {
-        "shm sync epw=default": lambda: _shm(w, n, None, None),
-        "shm sync epw=1": lambda: _shm(w, n, None, 1),
-        "shm sync epw=2": lambda: _shm(w, n, None, 2),
-        "shm sync epw=1 spin=0": lambda: _shm(w, n, None, 1, spin=0.0),
-        f"shm async b={half} epw=default": lambda: _shm(w, n, half, max(1, n // 16)),
-        f"shm async b={half} epw=1": lambda: _shm(w, n, half, 1),
-        f"shm async b={half} epw=2": lambda: _shm(w, n, half, 2),
-        "envpool sync": lambda: _envpool(w, n, None),
-        f"envpool async b={half}": lambda: _envpool(w, n, half),
+        "shm sync epw=default": _shm_vector(),
+        "shm sync epw=1": _shm_vector(envs_per_worker=1),
+        "shm sync epw=2": _shm_vector(envs_per_worker=2),
+        "shm sync epw=1 spin=0": _shm_vector(envs_per_worker=1, spin=0.0),
+        f"shm async b={half} epw=default": _shm_async(),
+        f"shm async b={half} epw=1": _shm_async(1),
+        f"shm async b={half} epw=2": _shm_async(2),
+        "envpool sync": _envpool,
+        f"envpool async b={half}": _envpool_async,
     }
 
 
-def measure(build: Callable[[], tuple[Any, Callable]], seconds: float) -> float:
-    env, step = build()
+def measure(build: Callable[[Workload, int], Stepper], workload: Workload, n_envs: int, seconds: float) -> float:
+    """Env-steps/s of one freshly built vec env (built per round: 64 Atari envs per system would not all fit)."""
+    stepper = build(workload, n_envs)
     try:
-        per_call = None
-        for k in range(300):  # warm-up
-            out = step(k)
-        per_call = len(out[1])
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            step(calls)
-            calls += 1
-        return calls * per_call / (time.perf_counter() - start)
+        actions = workload.actions(n_envs)
+        stepper.reset()
+        for k in range(WARM_UP_STEPS):
+            stepper.step(actions[k % len(actions)])
+        return measure_rate(stepper, actions, n_envs, seconds)
     finally:
-        env.close()
+        stepper.close()
 
 
 def main() -> None:
@@ -101,13 +63,14 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="substrings of the arrangements to run")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    every = arrangements(args.workload, args.n_envs)
+    workload = get_workload(args.workload)
+    every = arrangements(args.n_envs)
     cases = {k: v for k, v in every.items() if not args.only or any(s in k for s in args.only)}
     results: dict[str, list[float]] = {k: [] for k in cases}
     for r in range(args.rounds):
         for name, build in cases.items():
             try:
-                rate = measure(build, args.seconds)
+                rate = measure(build, workload, args.n_envs, args.seconds)
             except Exception as exc:  # a missing peer must not end the probe
                 print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue

@@ -64,30 +64,42 @@ def _shm(**options: Any) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _shm_vector(workload: Workload, n_envs: int) -> Stepper:
-    from vecshm import ShmVectorEnv
+def _shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
+    def build(workload: Workload, n_envs: int) -> Stepper:
+        from vecshm import ShmVectorEnv
 
-    return _stepper(ShmVectorEnv(workload.factories(n_envs)))
+        return _stepper(ShmVectorEnv(workload.factories(n_envs), **options))
+
+    return build
 
 
-def _shm_async(workload: Workload, n_envs: int) -> Stepper:
-    """Half the envs per recv(): the learner takes whichever half finished first."""
-    from vecshm import ShmVectorEnv
-    from vecshm.affinity import usable_cores
+def _shm_async(envs_per_worker: int | None = None) -> Callable[[Workload, int], Stepper]:
+    """Half the envs per recv(): the learner takes whichever half finished first.
 
-    batch = n_envs // 2
-    per_worker = next(d for d in range(max(1, n_envs // len(usable_cores())), 0, -1) if batch % d == 0)
-    env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker)
+    ``envs_per_worker`` by default: the most that divides the batch, and at most ``n_envs / cores``.
+    """
 
-    def reset() -> None:
-        env.async_reset(seed=0)  # drains whatever is still in flight first
+    def build(workload: Workload, n_envs: int) -> Stepper:
+        from vecshm import ShmVectorEnv
+        from vecshm.affinity import usable_cores
 
-    def step(actions: np.ndarray) -> Any:
-        result = env.recv()
-        env.send(actions[:batch], result[-1])
-        return result
+        batch = n_envs // 2
+        per_worker = envs_per_worker or next(
+            d for d in range(max(1, n_envs // len(usable_cores())), 0, -1) if batch % d == 0
+        )
+        env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker)
 
-    return Stepper(env, step, reset, envs_per_step=batch)
+        def reset() -> None:
+            env.async_reset(seed=0)  # drains whatever is still in flight first
+
+        def step(actions: np.ndarray) -> Any:
+            result = env.recv()
+            env.send(actions[:batch], result[-1])
+            return result
+
+        return Stepper(env, step, reset, envs_per_step=batch)
+
+    return build
 
 
 def _ray_vec_env(workload: Workload, n_envs: int) -> Stepper:
@@ -179,8 +191,8 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
-        System("vecshm ShmVectorEnv", _shm_vector),
-        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async),
+        System("vecshm ShmVectorEnv", _shm_vector()),
+        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async()),
         System("vecshm DummyVecEnv", _vecshm_dummy, default=False),
         System("vecshm RayVecEnv (1 actor)", _ray_vec_env, ("ray",), default=False),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),

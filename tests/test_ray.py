@@ -62,6 +62,17 @@ def actor_and_worker_pids(venv: RayVecEnv) -> list[int]:
     return [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
 
 
+def assert_step_reports_lost_actor(venv: RayVecEnv, within: float, actor: int, env_indices: list[int]) -> None:
+    """The next step raises ActorDiedError within ``within`` seconds, naming ``actor`` and its envs."""
+    started = time.monotonic()
+    with pytest.raises(ActorDiedError) as error:
+        venv.step(np.zeros(venv.num_envs, dtype=np.int64))
+    assert time.monotonic() - started < within, "Ray reports a lost actor within seconds"
+    assert error.value.env_indices == env_indices
+    envs = f"envs {env_indices[0]}-{env_indices[-1]}"
+    assert f"Ray actor {actor}" in str(error.value) and envs in str(error.value)
+
+
 @pytest.mark.parametrize(("obs_key", "act_key"), CASES)
 def test_bit_identical_to_sb3_dummy_vec_env(obs_key, act_key):
     # 5 envs over 2 actors (3 + 2): obs, rewards, dones, infos, terminal observations, reset_infos
@@ -169,12 +180,7 @@ def test_an_actor_killed_mid_run_is_an_error_naming_its_envs_within_seconds():
     venv.reset()
     pids = actor_and_worker_pids(venv)
     os.kill(venv.hosts[0]["pid"], signal.SIGKILL)
-    started = time.monotonic()
-    with pytest.raises(ActorDiedError) as error:
-        venv.step(np.zeros(4, dtype=np.int64))
-    assert time.monotonic() - started < 30, "Ray reports a dead actor within seconds"
-    assert error.value.env_indices == [0, 1]
-    assert "Ray actor 0" in str(error.value) and "envs 0-1" in str(error.value)
+    assert_step_reports_lost_actor(venv, 30, actor=0, env_indices=[0, 1])
     with pytest.raises(FailedError):
         venv.reset()
     venv.close()
@@ -227,12 +233,7 @@ def test_a_lost_node_is_an_error_naming_the_envs_it_hosted(ray_cluster):
     try:
         venv.reset()
         ray_cluster.remove_node(node)
-        started = time.monotonic()
-        with pytest.raises(ActorDiedError) as error:
-            venv.step(np.zeros(5, dtype=np.int64))
-        assert time.monotonic() - started < 60, "Ray reports a lost node's actors within seconds"
-        assert error.value.env_indices == [3, 4]
-        assert "Ray actor 1" in str(error.value) and "envs 3-4" in str(error.value)
+        assert_step_reports_lost_actor(venv, 60, actor=1, env_indices=[3, 4])
     finally:
         venv.close()
 

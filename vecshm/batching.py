@@ -4,6 +4,10 @@ Workers are the unit: a batch is ``batch_size / envs_per_worker`` workers. ``sen
 given envs, ``recv`` waits until enough workers in flight have finished and hands back their env
 ids. Each env still sees exactly the actions it was sent, in order, so per-env results are the
 same as in a synchronous run.
+
+Where the engine has a ring (see :mod:`vecshm.ring`), workers write their observations in the
+order they finish, and ``recv`` lends the batch's rows as they lie, in that order; otherwise the
+batch is the first workers found finished, in env order, and its observations are copied out.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.ring import CLAIM
 
 __all__ = ["AsyncBatches"]
 
@@ -24,6 +29,8 @@ class AsyncBatches:
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
         n = engine.num_envs
         self.engine = engine
+        self.ring = engine.ring
+        self.slot = 0 if self.ring is None else CLAIM  # where workers write an async command's observations
         self.in_flight = np.zeros(engine.num_workers, dtype=bool)
         if batch_size is None:  # one batch of every env: any split works
             self.batch_size, self.workers_per_batch = n, engine.num_workers
@@ -47,7 +54,7 @@ class AsyncBatches:
     def reset(self, requests: list[tuple[Any, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
         self.drain()
-        self.engine.send_resets(requests, self.engine.all_workers)
+        self.engine.send_resets(requests, self.engine.all_workers, self.slot)
         self.in_flight[:] = True
 
     def send(self, actions: Any, env_ids: Any) -> np.ndarray:
@@ -60,18 +67,24 @@ class AsyncBatches:
                 f"envs {self.engine.env_ids_of(busy).tolist()} are still in flight; recv() them before sending again",
                 "send",
             )
-        self.engine.send_step(actions, workers, env_ids)
+        self.engine.send_step(actions, workers, env_ids, self.slot)
         self.in_flight[workers] = True
         return env_ids
 
-    def recv(self, timeout: float | None = None) -> np.ndarray:
-        """Wait for the first ``batch_size`` envs to finish; their ids (sorted)."""
+    def recv(self, timeout: float | None = None) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """Wait for the first ``batch_size`` envs to finish: their ids and, from the ring, their
+        fixed observation leaves (None: read them from the engine)."""
         pending = np.flatnonzero(self.in_flight)
         if len(pending) == 0:
             raise NoAsyncCallError("recv() was called with no envs in flight; send() or async_reset() first", "recv")
-        done = self.engine.collect(pending, "step", need=min(self.workers_per_batch, len(pending)), timeout=timeout)
+        need = min(self.workers_per_batch, len(pending))
+        if self.ring is None:
+            done = np.sort(self.engine.collect(pending, "step", need=need, timeout=timeout))
+            self.in_flight[done] = False
+            return self.engine.env_ids_of(done), None
+        done = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
         self.in_flight[done] = False
-        return self.engine.env_ids_of(np.sort(done))
+        return self.engine.env_ids_of(done), self.ring.take(need)
 
     def drain(self) -> None:
         """Finish and drop whatever is in flight (before a synchronous call)."""
@@ -79,3 +92,7 @@ class AsyncBatches:
         if len(pending):
             self.engine.collect(pending, "step")
             self.in_flight[:] = False
+            if self.ring is not None:
+                self.ring.discard(len(pending))
+        if self.ring is not None:
+            self.ring.rebuild()  # nothing in flight: the free units go back in ring order

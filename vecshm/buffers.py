@@ -50,6 +50,9 @@ class BufferSpec:
     num_workers: int
     info_bytes: int
     obs_slots: int = 1
+    # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.ring)
+    ring_units: int = 0
+    unit_rows: int = 0
     obs_leaves: tuple[Leaf, ...] = field(init=False)  # every leaf, dynamic ones included
     action_leaves: tuple[Leaf, ...] = field(init=False)
     obs_fixed: tuple[Leaf, ...] = field(init=False)  # the leaves that live in shared memory
@@ -77,6 +80,7 @@ class BufferSpec:
             ("status", (w,), np.dtype(np.int64)),
             ("progress", (w,), np.dtype(np.int64)),
             ("obs_slot", (w,), np.dtype(np.int64)),
+            ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("terminated", (n,), np.dtype(np.bool_)),
             ("truncated", (n,), np.dtype(np.bool_)),
@@ -95,6 +99,9 @@ class BufferSpec:
         ]
         for prefix in [f"obs{slot}" for slot in range(self.obs_slots)]:
             arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
+        rows = self.ring_units * self.unit_rows
+        if rows:
+            arrays += [(f"ring:{i}", (rows, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
         return SegmentPlan(arrays)
 
     def slot_fields(self, plan: SegmentPlan, slot: int) -> list[Field]:
@@ -109,7 +116,8 @@ class Buffers:
     ``action_codes[env, i]`` says which one holds each env's action.
 
     Observations have several slots: a whole-batch command may write a slot that is lent out to
-    the caller (see :mod:`vecshm.slots`); slot 0 is the one partial batches and copies use.
+    the caller (see :mod:`vecshm.slots`); slot 0 is the one partial batches and copies use. Async
+    batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
     """
 
     def __init__(self, spec: BufferSpec, segment: Segment) -> None:
@@ -122,6 +130,7 @@ class Buffers:
         self.status = views["status"]
         self.progress = views["progress"]
         self.obs_slot = views["obs_slot"]
+        self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
@@ -137,6 +146,7 @@ class Buffers:
         self.actions = [_typed_views(views[f"act:{i}"], leaf) for i, leaf in enumerate(spec.action_fixed)]
         leaf_count = len(spec.obs_fixed)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
+        self.ring = [views[f"ring:{i}"] for i in range(leaf_count)] if spec.ring_units else []
 
     def release(self) -> None:
         """Drop every view so the mapping can be closed."""

@@ -36,6 +36,7 @@ from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Status
 from vecshm.registry import snapshot_registry
+from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
 from vecshm.sync import DoneWatch, Spinner
 from vecshm.transport import choose_transport
@@ -51,11 +52,13 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 # end with 1 ms, 1.42x with this cap), while a loop with no learner work turns a step round mostly
 # within it (zero-compute throughput: about 3% less). Only the automatic setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
+DEATH_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead workers
 WORKERS_OF_CACHE = 1024  # distinct env id lists whose workers are remembered (see Engine.workers_of)
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
 _OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
+_ERROR = int(Status.ERROR)
 
 
 class EngineState(Enum):
@@ -194,6 +197,7 @@ class Engine:
         check_spaces(reported)
         self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them
         self.observation_space, self.action_space = reported[0]
+        unit_rows = self._ring_unit_rows(leaves(self.observation_space))
         self.spec = BufferSpec(
             self.observation_space,
             self.action_space,
@@ -201,16 +205,34 @@ class Engine:
             self.num_workers,
             info_bytes,
             obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
+            ring_units=ring_units(self.num_workers) if unit_rows else 0,
+            unit_rows=unit_rows,
         )
         if check_spaces is not check_same_layout:
             check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
+        self.ring = UnitRing(self.pool.claims, self.buffers, self.num_workers) if unit_rows else None
         self.action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
         self.batch_slot = 0  # where the last whole-batch command wrote its observations
         self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
+        self._next_death_check = 0.0
+
+    def _ring_unit_rows(self, obs_leaves: list[Any]) -> int:
+        """Rows per unit of the async ring (see :mod:`vecshm.ring`), or 0 to copy async batches instead.
+
+        Units hold one worker's envs, so every worker must host as many. A worker restart loses the
+        unit its predecessor claimed, so the restart policy copies; so do observations too small
+        for lending to pay.
+        """
+        sizes = {stop - start for start, stop in self.slices}
+        env_bytes = sum(leaf.nbytes for leaf in obs_leaves if not leaf.dynamic)
+        if len(sizes) != 1 or self.restart_workers or not hasattr(os, "set_blocking"):
+            return 0
+        rows = sizes.pop()
+        return rows if env_bytes and rows * env_bytes >= RING_MIN_UNIT_BYTES else 0
 
     def _spin_budget(self, spin: float | None) -> float:
         """Longest busy-wait before sleeping, for the parent and each worker (the spinners adapt below it)."""
@@ -237,6 +259,8 @@ class Engine:
         self.state = EngineState.CLOSED
         if hasattr(self, "slots"):
             self.slots.close()
+        if getattr(self, "ring", None) is not None:
+            self.ring.close()
         self._finalizer()
 
     @property
@@ -294,10 +318,44 @@ class Engine:
         ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
         """
         need = len(workers) if need is None else need
+        b = self.buffers
+        expected = b.cmd_seq[workers]  # updated in place should a worker be restarted
+
+        def finished() -> np.ndarray | None:
+            done = workers[b.done_seq[workers] == expected]
+            return done[:need] if len(done) >= need else None
+
+        return self._collect(workers, expected, during, timeout, finished)
+
+    def collect_units(self, units: np.ndarray, workers: np.ndarray, timeout: float | None = None) -> np.ndarray:
+        """Wait until the ring's ``units`` hold finished steps (see :mod:`vecshm.ring`); the workers
+        that wrote them, in unit order. ``workers`` are those in flight, one of which will claim
+        each unit; one that fails claims none, so its error ends the wait."""
+        b, ring = self.buffers, self.ring
+        expected = b.cmd_seq[workers]
+
+        def written() -> np.ndarray | None:
+            owners = ring.owners(units)
+            if owners is not None:
+                return owners
+            failed = (b.done_seq[workers] == expected) & (b.status[workers] == _ERROR)
+            return workers[failed] if failed.any() else None
+
+        return self._collect(workers, expected, "step", timeout, written)
+
+    def _collect(
+        self,
+        workers: np.ndarray,
+        expected: np.ndarray,
+        during: str,
+        timeout: float | None,
+        ready: Callable[[], np.ndarray | None],
+    ) -> np.ndarray:
+        """Wait until ``ready()`` names finished workers, then read their sockets (errors raise)."""
         self.restarted_envs = []
         self.restart_finals = {}
         try:
-            done = self._wait(workers, need, during, self.timeout if timeout is None else timeout)[:need]
+            done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
             self._gather(done, during)
             if self.restarted_envs and during == "step":
                 self.buffers.truncated[self.restarted_envs] = True  # the lost episodes end as truncated
@@ -309,31 +367,40 @@ class Engine:
             raise
         return done
 
-    def _wait(self, workers: np.ndarray, need: int, during: str, timeout: float | None) -> np.ndarray:
+    def _wait(
+        self,
+        workers: np.ndarray,
+        expected: np.ndarray,
+        during: str,
+        timeout: float | None,
+        ready: Callable[[], np.ndarray | None],
+    ) -> np.ndarray:
         b = self.buffers
-        expected = b.cmd_seq[workers]
+        result = ready()
+        if result is not None:  # already there (async batches often find finished workers)
+            self._check_deaths(during)
+            return result
 
-        def finished() -> np.ndarray:
-            return workers[b.done_seq[workers] == expected]
+        def check() -> bool:
+            nonlocal result
+            result = ready()
+            return result is not None
 
-        done = finished()
-        if len(done) >= need:  # already there (async batches often find finished workers)
-            return done
         started = time.perf_counter()
         # With a free core the parent may spin up to the full budget; when every core has a busy
         # worker, a spinning parent would steal from them, so only short waits are spun.
         limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
-        if self._spinner.spin(lambda: len(finished()) >= need, limit):
+        if self._spinner.spin(check, limit):
             self._spinner.record(time.perf_counter() - started)
-            return finished()
+            self._check_deaths(during)
+            return result
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             ended = self._watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             self.pool.done_bell.take()
-            done = finished()
-            if len(done) >= need:
+            if check():
                 self._spinner.record(time.perf_counter() - started)
-                return done
+                return result
             for fd in ended:
                 w = self._sentinels[fd]
                 if not (self.restart_workers and during in ("step", "reset")):
@@ -343,6 +410,20 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 pending = workers[b.done_seq[workers] != expected]
                 self.pool.raise_timeout(pending.tolist(), during)
+
+    def _check_deaths(self, during: str) -> None:
+        """Every ``DEATH_CHECK_SECONDS``, look for a dead worker even though results keep coming.
+
+        Async batches take whichever workers finish first: without this, the others could fill
+        every batch while a dead worker's envs silently drop out. (With the restart policy a death
+        is handled when a wait blocks, where the restarted envs' episodes can be ended in order.)
+        """
+        now = time.monotonic()
+        if self.restart_workers or now < self._next_death_check:
+            return
+        self._next_death_check = now + DEATH_CHECK_SECONDS
+        for fd in self._watch.wait(0):
+            self.pool.raise_died(self._sentinels[fd], during)
 
     def _restart(self, w: int, during: str, deadline: float | None) -> None:
         """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""
@@ -425,20 +506,18 @@ class Engine:
 
     # -- results ----------------------------------------------------------------------------------
 
-    def observations(self, env_ids: np.ndarray | None = None, copy: bool = True) -> Any:
+    def observations(
+        self, env_ids: np.ndarray | None = None, copy: bool = True, fixed: list[np.ndarray] | None = None
+    ) -> Any:
         """Observations of the last command for ``env_ids`` (None: every env, after a whole-batch command).
 
         A whole batch comes back in the slot it was written to (no copy), else copied out of slot 0
-        (``copy``) or as views of slot 0 that the next command overwrites. Dynamic leaves are
-        unpickled and batched by the facade's ``batch_dynamic``.
+        (``copy``) or as views of slot 0 that the next command overwrites. An async batch from the
+        ring brings its ``fixed`` leaves along. Dynamic leaves are unpickled and batched by the
+        facade's ``batch_dynamic``.
         """
-        arrays = self.buffers.obs_slots[0]
-        if env_ids is not None:
-            fixed = [a[env_ids] for a in arrays]
-        elif self.batch_slot:
-            fixed, self.batch_slot = self.slots.lend(self.batch_slot), 0
-        else:
-            fixed = [a.copy() for a in arrays] if copy else arrays
+        if fixed is None:
+            fixed = self._fixed_observations(env_ids, copy)
         if not self.spec.obs_dynamic:
             return assemble(self.observation_space, fixed)
         ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
@@ -448,6 +527,15 @@ class Engine:
             self.batch_dynamic(leaf.space, [values[j] for values in per_env]) for j, leaf in enumerate(dynamic_leaves)
         ]
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
+
+    def _fixed_observations(self, env_ids: np.ndarray | None, copy: bool) -> list[np.ndarray]:
+        arrays = self.buffers.obs_slots[0]
+        if env_ids is not None:
+            return [a[env_ids] for a in arrays]
+        if self.batch_slot:
+            fixed, self.batch_slot = self.slots.lend(self.batch_slot), 0
+            return fixed
+        return [a.copy() for a in arrays] if copy else arrays
 
     def final_observation(self, env_index: int) -> Any:
         """The last observation of the episode env ``env_index`` just ended, as the env returned it

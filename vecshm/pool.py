@@ -23,6 +23,7 @@ from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.memory import NamedSegment, Segment
 from vecshm.protocol import AutoReset, Command
+from vecshm.ring import UnitPipe
 from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
 from vecshm.worker import WorkerSpec, worker_main
@@ -81,6 +82,7 @@ class WorkerPool:
         self.daemon = daemon
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
+        self.claims = UnitPipe()  # free units of the async ring (see vecshm.ring)
         self.processes: list[Any] = [None] * len(slices)
         self.conns: list[Connection] = [None] * len(slices)  # type: ignore[list-item]
         self.buffers: Buffers | None = None
@@ -93,7 +95,7 @@ class WorkerPool:
     def _start_process(self, w: int) -> None:
         parent_conn, child_conn = self.context.Pipe(duplex=True)
         spec = self.specs[w]
-        spec.conn, spec.done_bell = child_conn, self.done_bell
+        spec.conn, spec.done_bell, spec.claims = child_conn, self.done_bell, self.claims
         process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{w}")
         self.conns[w], self.processes[w] = parent_conn, process
         process.start()
@@ -231,6 +233,7 @@ class WorkerPool:
             conn.close()
         for bell in [*self.doorbells, self.done_bell]:
             bell.close()
+        self.claims.close()  # before the buffers go: lent async batches then give nothing back
         if self.buffers is not None:
             self.buffers.release()
         if self.segment is not None:

@@ -21,11 +21,14 @@ from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
 from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.ring import CLAIM
 
 if TYPE_CHECKING:
     from vecshm.worker import WorkerSpec
 
 __all__ = ["EnvRunner", "ObservationError"]
+
+UNCHANGED = object()  # in a command's observations: nothing to write for this env
 
 
 class _EnvFailure(Exception):
@@ -63,7 +66,6 @@ class EnvRunner:
         self.action_reader = self._action_reader()
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
-        self.obs_target = buffers.obs_slots[0]  # the slot this command writes, chosen by the parent
         self.autoreset = spec.autoreset
         self.piped: dict[tuple[str, int], bytes] = {}
 
@@ -74,25 +76,30 @@ class EnvRunner:
             self._call()
             return
         self.piped = {}
-        self.obs_target = self.buffers.obs_slots[int(self.buffers.obs_slot[self.spec.index])]
+        during = "step" if command is Command.STEP else "reset"
         errors: list[RemoteError] = []
         try:
             if command is Command.STEP:
                 dynamic = self.conn.recv() if self.action_dynamic else {}
-                self._step_all(self.action_reader(dynamic))
+                observations = self._step_all(self.action_reader(dynamic))
             else:
-                self._reset_all(self.conn.recv())
+                observations = self._reset_all(self.conn.recv())
+            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.spec.index]), during)
         except _EnvFailure as failure:
-            errors = failure.records
-        self._publish(seq, errors)
+            errors, unit = failure.records, None
+        self._publish(seq, errors, unit)
 
-    def _publish(self, seq: int, errors: list[RemoteError]) -> None:
+    def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
+        """Status, then the ring unit written (the parent takes a batch once its units are named),
+        then the command's sequence number, then the bell."""
         me = self.spec.index
         if errors:
             status = Status.ERROR
         else:
             status = Status.OK_PIPED_INFOS if self.piped else Status.OK
         self.buffers.status[me] = status
+        if unit is not None:
+            self.buffers.unit_worker[unit] = me
         self.buffers.done_seq[me] = seq
         self.spec.done_bell.ring()
         # Anything large goes after the bell, so the parent is already reading when we send.
@@ -103,25 +110,28 @@ class EnvRunner:
 
     # -- step and reset ---------------------------------------------------------------------------
 
-    def _step_all(self, action_of: Callable[[int], Any]) -> None:
-        """Step every env; scalars are gathered in lists and written once per command.
+    def _step_all(self, action_of: Callable[[int], Any]) -> list[Any]:
+        """Step every env; its observations, to write once every env has stepped.
+
+        Scalars are gathered in lists and written once per command.
 
         An env that raises does not stop the others (each would run in its own process under
         AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
         """
         b = self.buffers
         start, stop = self.start, self.start + len(self.envs)
-        rewards, terminated, truncated = [], [], []
+        rewards, terminated, truncated, observations = [], [], [], []
         failures: list[RemoteError] = []
         b.final_info_len[start:stop] = INFO_EMPTY
         for offset, env in enumerate(self.envs):
             index = start + offset
             b.progress[self.spec.index] = index
             try:
-                reward, term, trunc = self._step_one(offset, env, index, action_of)
+                obs, reward, term, trunc = self._step_one(offset, env, index, action_of)
             except Exception as exc:
                 failures.append(RemoteError(exc, index, "step"))
-                reward, term, trunc = 0.0, False, False
+                obs, reward, term, trunc = UNCHANGED, 0.0, False, False
+            observations.append(obs)
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)
@@ -133,9 +143,10 @@ class EnvRunner:
             failures.append(RemoteError(exc, start, "step"))
         if failures:
             raise _EnvFailure(failures)
+        return observations
 
     def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
-        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results."""
+        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
         b = self.buffers
         if self.needs_reset[offset]:
             obs, info = env.reset()
@@ -151,10 +162,9 @@ class EnvRunner:
                     obs, info = env.reset()
                 elif self.autoreset is AutoReset.NEXT_STEP:
                     self.needs_reset[offset] = True
-        self._write_obs(self.obs_target, index, obs)
         self.last_obs[offset] = obs
         self._write_info(b.info_len, b.info_arena, index, info, "info")
-        return reward, term, trunc
+        return obs, reward, term, trunc
 
     def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
         """Built once: per step command, a function from env index to that env's action.
@@ -208,12 +218,38 @@ class EnvRunner:
 
         return any_space
 
-    def _write_obs(self, arrays: list[np.ndarray], index: int, obs: Any) -> None:
-        """Write one env's observation: fixed leaves into ``arrays``, dynamic ones pickled into its arena slot."""
+    def _write_observations(self, observations: list[Any], slot: int, during: str) -> int | None:
+        """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
+        batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
+        stepped (see :mod:`vecshm.ring`); that unit, if any."""
+        b, start = self.buffers, self.start
+        if slot == CLAIM:
+            unit = self.spec.claims.claim() if self.spec.claims is not None else None
+            if unit is None:
+                bug = RuntimeError("no free unit in the async ring: this is a vecshm bug, please report it")
+                raise _EnvFailure([RemoteError(bug, start, during)])
+            arrays, first = b.ring, unit * b.spec.unit_rows
+        else:
+            arrays, first, unit = b.obs_slots[slot], start, None
+        failures = []
+        for offset, obs in enumerate(observations):
+            if obs is UNCHANGED:
+                continue
+            try:
+                self._write_obs(arrays, first + offset, start + offset, obs)
+            except ObservationError as exc:
+                failures.append(RemoteError(exc, start + offset, during))
+        if failures:
+            raise _EnvFailure(failures)
+        return unit
+
+    def _write_obs(self, arrays: list[np.ndarray], row: int, index: int, obs: Any) -> None:
+        """Write env ``index``'s observation: fixed leaves at ``row`` of ``arrays``, dynamic ones
+        pickled into its arena slot."""
         if self.single_obs_leaf:
             leaf = self.obs_leaves[0]
             if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
-                arrays[0][index] = obs  # the common case: one memcpy, nothing to check
+                arrays[0][row] = obs  # the common case: one memcpy, nothing to check
                 return
         try:
             values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
@@ -221,7 +257,7 @@ class EnvRunner:
                 dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
                 values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]
             for leaf, array, value in zip(self.obs_fixed, arrays, values):
-                array[index] = check_leaf_value(leaf, value)
+                array[row] = check_leaf_value(leaf, value)
         except ValueError as exc:
             raise ObservationError(
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
@@ -229,31 +265,34 @@ class EnvRunner:
         if self.obs_dynamic:
             self._write_blob(self.buffers.obs_blob_len, self.buffers.obs_blob_arena, index, dynamic, "obs")
 
-    def _reset_all(self, requests: list[dict[str, Any] | None]) -> None:
-        """Reset the requested envs; as for steps, one env's failure does not stop the others."""
+    def _reset_all(self, requests: list[dict[str, Any] | None]) -> list[Any]:
+        """Reset the requested envs; their observations, and for the others (a partial reset) their
+        latest one. As for steps, one env's failure does not stop the others."""
         b = self.buffers
         failures: list[RemoteError] = []
+        observations: list[Any] = []
         for offset, (env, request) in enumerate(zip(self.envs, requests)):
             index = self.start + offset
+            if request is None:  # not part of a partial reset: its latest observation stays
+                latest = self.last_obs[offset]
+                observations.append(UNCHANGED if latest is None else latest)
+                continue
+            observations.append(UNCHANGED)
             try:
-                if request is None:  # not part of a partial reset: its latest observation stays
-                    if self.last_obs[offset] is not None:
-                        self._write_obs(self.obs_target, index, self.last_obs[offset])
-                    continue
                 b.progress[self.spec.index] = index
                 obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
                 self.needs_reset[offset] = False
-                self.last_obs[offset] = obs
+                self.last_obs[offset] = observations[-1] = obs
                 b.rewards[index] = 0.0
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY
-                self._write_obs(self.obs_target, index, obs)
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
             except Exception as exc:
                 failures.append(RemoteError(exc, index, "reset"))
         if failures:
             raise _EnvFailure(failures)
+        return observations
 
     def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
         if not info:

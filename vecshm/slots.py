@@ -16,7 +16,7 @@ import numpy as np
 
 from vecshm.buffers import Buffers
 
-__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS", "LEND_MIN_BYTES"]
+__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS", "LEND_MIN_BYTES", "lend_bytes"]
 
 # SB3 keeps two batches alive at once (``_last_obs`` and the new one); the rest is headroom. Slots
 # nobody has used cost no memory: the segment's pages are allocated on first write.
@@ -25,19 +25,34 @@ DEFAULT_LENDABLE_SLOTS = 6
 LEND_MIN_BYTES = 64 * 1024
 
 
-class _Lease:
-    """Keeps one slot (and the mapping under it) alive while any array viewing it lives."""
+class _Grant:
+    """Calls ``release`` once, when the last lease holding it is gone."""
 
-    __slots__ = ("__array_interface__", "_release", "_slot", "_mapping")
+    __slots__ = ("_release",)
 
-    def __init__(self, address: int, nbytes: int, release: Callable[[int], None], slot: int, mapping: object) -> None:
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3}
+    def __init__(self, release: Callable[[], None]) -> None:
         self._release = release
-        self._slot = slot
-        self._mapping = mapping  # an array exported from the mmap: the mapping cannot be closed under us
 
     def __del__(self) -> None:
-        self._release(self._slot)
+        self._release()
+
+
+class _Lease:
+    """Keeps a grant (and the mapping under it) alive while any array viewing its bytes lives."""
+
+    __slots__ = ("__array_interface__", "_grant", "_mapping")
+
+    def __init__(self, address: int, nbytes: int, grant: _Grant, mapping: object) -> None:
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3}
+        self._grant = grant
+        self._mapping = mapping  # an array exported from the mmap: the mapping cannot be closed under us
+
+
+def lend_bytes(regions: list[tuple[int, int]], mapping: object, release: Callable[[], None]) -> list[np.ndarray]:
+    """Byte arrays over ``regions`` (address, size) of ``mapping``; ``release()`` runs once every
+    array, and everything viewing one, has been garbage collected."""
+    grant = _Grant(release)
+    return [np.asarray(_Lease(address, nbytes, grant, mapping)) for address, nbytes in regions]
 
 
 class ObservationSlots:
@@ -65,7 +80,7 @@ class ObservationSlots:
 
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
-        raw = np.asarray(_Lease(self._addresses[slot], self._span, self._free.append, slot, self._mapping))
+        (raw,) = lend_bytes([(self._addresses[slot], self._span)], self._mapping, lambda: self._free.append(slot))
         return [raw[start : start + size].view(dtype).reshape(shape) for start, size, dtype, shape in self._leaves]
 
     def release(self, slot: int) -> None:

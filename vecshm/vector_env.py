@@ -192,8 +192,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             self._state = _State.DEFAULT
         return self._results(None)
 
-    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Gymnasium-shaped results of the last command for ``env_ids`` (None: every env)."""
+    def _results(
+        self, env_ids: np.ndarray | None, fixed: list[np.ndarray] | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Gymnasium-shaped results of the last command for ``env_ids`` (None: every env); an async
+        batch may bring its ``fixed`` observation leaves (see ``Engine.observations``)."""
         b = self._engine.buffers
         rows = slice(None) if env_ids is None else env_ids
         ids = self._all if env_ids is None else env_ids.tolist()
@@ -213,7 +216,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         else:
             infos = batch_infos(len(ids), step_infos, batch._add_info)
         rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
-        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos
+        return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -240,11 +243,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
-            env_ids = self._batches.recv(timeout)
+            env_ids, fixed = self._batches.recv(timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         self._last_batch = env_ids
-        return (*self._results(env_ids), env_ids)
+        return (*self._results(env_ids, fixed), env_ids)
 
     # -- calls ------------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from vecshm.errors import RemoteError
 from vecshm.memory import NamedSegment, Segment
 from vecshm.protocol import AutoReset, Command
 from vecshm.registry import adopt_registry
+from vecshm.ring import UnitPipe
 from vecshm.runner import EnvRunner
 from vecshm.sync import Doorbell, SocketDoorbell, Spinner
 
@@ -54,6 +55,7 @@ class WorkerSpec:
     settings: dict[str, Any]
     parent_pid: int
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.registry)
+    claims: UnitPipe | None = None  # free units of the async ring (see vecshm.ring)
 
 
 def worker_main(spec: WorkerSpec) -> None:

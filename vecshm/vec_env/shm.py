@@ -120,8 +120,11 @@ class ShmVecEnv(VecEnv):
         obs, rewards, terminated, truncated, infos = self._results(None)
         return obs, rewards, terminated | truncated, infos
 
-    def _results(self, env_ids: np.ndarray | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
-        """SB3-shaped results of the last command for ``env_ids`` (None: every env).
+    def _results(
+        self, env_ids: np.ndarray | None, fixed: list[np.ndarray] | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
+        """SB3-shaped results of the last command for ``env_ids`` (None: every env); an async batch
+        may bring its ``fixed`` observation leaves (see ``Engine.observations``).
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
         env's next reset, as in SB3's DummyVecEnv.
@@ -148,7 +151,7 @@ class ShmVecEnv(VecEnv):
                 if i in restarted:
                     infos[k]["worker_restarted"] = True
         rewards = b.rewards[rows].astype(np.float32)
-        return self._engine.observations(env_ids, self.copy), rewards, terminated, truncated, infos
+        return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -175,8 +178,8 @@ class ShmVecEnv(VecEnv):
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
         self._engine.check_usable()
-        env_ids = self._batches.recv()
-        obs, rewards, terminated, truncated, infos = self._results(env_ids)
+        env_ids, fixed = self._batches.recv()
+        obs, rewards, terminated, truncated, infos = self._results(env_ids, fixed)
         self._last_batch = env_ids
         return obs, rewards, terminated, truncated, infos, env_ids
 

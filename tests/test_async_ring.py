@@ -1,0 +1,187 @@
+"""Async batches through the ring (:mod:`vecshm.ring`): rows lent in finishing order, every env's
+results bit-identical to a synchronous run, lent batches never overwritten while held, and the
+usual clear errors when a worker fails mid-batch."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from conftest import SPACES, assert_tree_equal, make_space_env
+from faulty_envs import faulty, healthy
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import iterate
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+
+import vecshm.engine
+from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
+
+N_ENVS = 6
+STEPS = 90
+# every space whose observations have a fixed part (a ring needs one); dyn_mixed has both kinds
+RING_SPACES = [key for key in SPACES if not key.startswith("dyn_")] + ["dyn_mixed"]
+
+
+@pytest.fixture
+def ring_always(monkeypatch):
+    """Use the ring however small the observations (it is a parent-side choice; workers follow)."""
+    monkeypatch.setattr(vecshm.engine, "RING_MIN_UNIT_BYTES", 0)
+
+
+def action(env: int, k: int) -> int:
+    """The action env ``env`` gets on its ``k``-th step, in every run."""
+    return (env * 7 + k * 3) % 3
+
+
+def arrays_of(obs):
+    if isinstance(obs, dict):
+        return [a for value in obs.values() for a in arrays_of(value)]
+    if isinstance(obs, tuple):
+        return [a for value in obs for a in arrays_of(value)]
+    return [obs] if isinstance(obs, np.ndarray) and obs.dtype != object else []
+
+
+def is_lent(obs) -> bool:
+    """Whether every fixed leaf views shared memory (a copy owns its data)."""
+    return all(not a.flags.owndata for a in arrays_of(obs))
+
+
+def batch_plan(key: str) -> tuple[int, int]:
+    """(envs_per_worker, batch_size) for one space: drawn per space, the same in every run."""
+    rng = np.random.default_rng(sum(map(ord, key)))
+    per_worker = int(rng.choice([1, 2, 3]))
+    sizes = [b for b in range(per_worker, N_ENVS + 1, per_worker) if N_ENVS % b == 0 and b < N_ENVS]
+    return per_worker, int(rng.choice(sizes))
+
+
+def space_fns(key: str):
+    return [make_space_env(key, tag=i, jitter_us=300.0) for i in range(N_ENVS)]
+
+
+@pytest.mark.parametrize("key", RING_SPACES)
+def test_gymnasium_ring_batches_match_a_synchronous_run(key, ring_always, no_leaks):
+    per_worker, batch = batch_plan(key)
+    histories = defaultdict(list)  # every batch stays held: the first ones lent, later ones copied
+    lent = 0
+    with ShmVectorEnv(space_fns(key), batch_size=batch, envs_per_worker=per_worker) as envs:
+        assert envs._engine.ring is not None
+        envs.async_reset(seed=0)
+        for _ in range(STEPS):
+            obs, rewards, terminations, truncations, _, env_ids = envs.recv()
+            assert len(env_ids) == batch
+            lent += is_lent(obs)
+            rows = list(iterate(envs.observation_space, obs))  # views: lent rows stay held
+            for k, i in enumerate(env_ids.tolist()):
+                histories[i].append((rows[k], rewards[k], terminations[k], truncations[k]))
+            envs.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
+        envs.recv()
+    assert lent >= 1, "no batch was lent"
+    reference = SyncVectorEnv(space_fns(key))
+    obs, _ = reference.reset(seed=0)
+    expected = defaultdict(list)
+    for i, row in enumerate(iterate(reference.observation_space, obs)):
+        expected[i].append((row, np.float64(0.0), np.False_, np.False_))
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        for i, row in enumerate(iterate(reference.observation_space, obs)):
+            expected[i].append((row, rewards[i], terminations[i], truncations[i]))
+    reference.close()
+    assert all(len(h) >= 5 for h in histories.values()), "every env must have been stepped"
+    for i, history in histories.items():
+        for t, (got, want) in enumerate(zip(history, expected[i])):
+            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs")
+            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
+
+
+def test_sb3_ring_batches_match_a_synchronous_run_infos_included(no_leaks):
+    """Frames large enough for the ring by default; terminal observations and piped infos too."""
+    fns = [make_space_env("frame_u8", tag=i, jitter_us=300.0) for i in range(N_ENVS)]
+    histories = defaultdict(list)
+    with ShmVecEnv(fns, batch_size=2, envs_per_worker=1) as venv:
+        assert venv._engine.ring is not None
+        venv.seed(4)
+        venv.async_reset()
+        for _ in range(STEPS):
+            obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
+            for k, i in enumerate(env_ids.tolist()):
+                histories[i].append((obs[k], rewards[k], terminated[k] | truncated[k], infos[k]))
+            venv.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
+        venv.recv()
+    reference = SB3DummyVecEnv(fns)
+    reference.seed(4)
+    obs = reference.reset()
+    expected = {i: [(obs[i], np.float32(0.0), np.False_, {})] for i in range(N_ENVS)}
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, dones, infos = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        for i in range(N_ENVS):
+            expected[i].append((obs[i], rewards[i], dones[i], infos[i]))
+    reference.close()
+    for i, history in histories.items():
+        got = [(o, r, d, info) for o, r, d, info in history[1:]]  # a reset's infos differ by facade: steps only
+        assert_tree_equal([h[:3] for h in history], [e[:3] for e in expected[i][: len(history)]], f"env {i}")
+        assert_tree_equal([g[3] for g in got], [e[3] for e in expected[i][1 : len(history)]], f"env {i} infos")
+
+
+def test_held_batches_stay_intact_and_units_come_back_when_dropped(ring_always, no_leaks):
+    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=2, envs_per_worker=1) as envs:
+        envs.async_reset(seed=0)
+        held, copies = [], []
+        for _ in range(40):  # hold every batch: past the ring's lending budget, batches are copies
+            obs, *_, env_ids = envs.recv()
+            (held if is_lent(obs) else copies).append((obs, obs.copy()))
+            envs.send(np.zeros(2, dtype=np.int64), env_ids)
+        assert held and copies, "some batches must be lent, and those past the budget copied"
+        for obs, snapshot in held + copies:
+            assert obs.tobytes() == snapshot.tobytes(), "a held batch was overwritten"
+        held.clear()
+        copies.clear()
+        gc.collect()
+        obs, *_, env_ids = envs.recv()
+        assert is_lent(obs), "dropped batches must free their units for lending again"
+        envs.send(np.zeros(2, dtype=np.int64), env_ids)
+        kept = envs.recv()[0]
+        snapshot = kept.copy()
+    # after close() the lent batch stays readable: it keeps the mapping alive
+    assert kept.tobytes() == snapshot.tobytes()
+    del kept
+
+
+def test_worker_killed_mid_batch_names_its_envs(ring_always, no_leaks):
+    fns = [faulty("sigkill", fail_at=3) if i == 3 else healthy for i in range(4)]
+    venv = ShmVecEnv(fns, batch_size=2, envs_per_worker=1)
+    assert venv._engine.ring is not None
+    venv.async_reset()
+    # the live workers could fill every batch on their own: the death must still surface, soon
+    deadline = time.monotonic() + 30
+    with pytest.raises(WorkerDiedError, match=r"worker 3 \(envs 3-3\).*SIGKILL"):
+        while time.monotonic() < deadline:
+            *_, env_ids = venv.recv()
+            venv.send(np.zeros(2, dtype=np.int64), env_ids)
+    venv.close()
+
+
+@pytest.mark.parametrize("fault, message", [("raise", "env 2 raised .*boom"), ("bad_shape", "env 2 raised .*fit")])
+def test_env_errors_mid_batch_name_the_env(fault, message, ring_always, no_leaks):
+    fns = [faulty(fault, fail_at=3) if i == 2 else healthy for i in range(4)]
+    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2) as envs:
+        envs.async_reset(seed=0)
+        with pytest.raises(WorkerError, match=message):
+            for _ in range(20):
+                *_, env_ids = envs.recv()
+                envs.send(np.zeros(2, dtype=np.int64), env_ids)
+
+
+def test_close_with_batches_in_flight_and_held(ring_always, no_leaks):
+    envs = ShmVectorEnv(space_fns("frame_u8"), batch_size=3, envs_per_worker=3)
+    envs.async_reset(seed=0)
+    obs, *_, env_ids = envs.recv()
+    envs.send(np.zeros(3, dtype=np.int64), env_ids)  # every env in flight, one batch held
+    envs.close()
+    with pytest.raises(ClosedError):
+        envs.recv()
+    assert obs.shape == (3, 210, 160, 3) and obs.sum() >= 0  # still readable
+    del obs
+    gc.collect()

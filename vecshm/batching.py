@@ -46,6 +46,8 @@ class AsyncBatches:
             )
         self.batch_size = batch_size
         self.workers_per_batch = batch_size // size
+        if self.ring is not None:
+            self.ring.use(self.workers_per_batch)
 
     @property
     def active(self) -> bool:

@@ -37,9 +37,10 @@ LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied
 RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see slots.LEND_MIN_BYTES)
 
 
-def ring_units(num_workers: int) -> int:
-    """Units the ring needs: one in flight per worker, and ``LENDABLE_BATCHES`` batches of every worker lent."""
-    return (1 + LENDABLE_BATCHES) * num_workers
+def ring_units(num_workers: int, workers_per_batch: int | None = None) -> int:
+    """Units a ring needs: one in flight per worker, and ``LENDABLE_BATCHES`` batches lent (by
+    default batches of every worker: the segment is laid out before the batch size is known)."""
+    return num_workers + LENDABLE_BATCHES * (workers_per_batch or num_workers)
 
 
 class UnitPipe:
@@ -101,6 +102,7 @@ class UnitRing:
         spec = buffers.spec
         self.pipe = pipe
         self.buffers = buffers
+        self.num_workers = num_workers
         self.units = spec.ring_units
         self.unit_rows = spec.unit_rows
         self.arrays = buffers.ring
@@ -110,6 +112,15 @@ class UnitRing:
         self._mapping: Any = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
         self._queue: deque[int] = deque()  # the units in the pipe, in the order workers will claim them
         self._lent: set[int] = set()
+        self.rebuild()
+
+    def use(self, workers_per_batch: int) -> None:
+        """Use only the units batches of ``workers_per_batch`` need (only while no worker can claim).
+
+        The fewer units the workers cycle through, the more of them are still in cache when written.
+        """
+        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, workers_per_batch))
+        self.max_lent = self.units - self.num_workers
         self.rebuild()
 
     def next_units(self, n: int) -> np.ndarray:

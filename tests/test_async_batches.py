@@ -78,28 +78,20 @@ def test_sb3_batches_match_a_synchronous_run(no_leaks):
 
 
 def test_batch_mode_errors():
-    with pytest.raises(ValueError, match="divide"):
-        ShmVectorEnv(fns(), batch_size=4)
-    with pytest.raises(ValueError, match="multiple of envs_per_worker"):
-        ShmVecEnv(fns(), batch_size=2, envs_per_worker=3)
     with ShmVectorEnv(fns(), batch_size=3, envs_per_worker=3) as envs:
         envs.async_reset(seed=1)
         ids = envs.recv()[-1]
-        with pytest.raises(ValueError, match="whole workers"):
-            envs.send(np.zeros(2, dtype=np.int64), ids[:2])
         with pytest.raises(AlreadyPendingCallError):
             envs.step(np.zeros(N_ENVS, dtype=np.int64))
         other = np.setdiff1d(np.arange(N_ENVS), ids)
-        with pytest.raises(AlreadyPendingCallError, match="in flight"):
+        with pytest.raises(AlreadyPendingCallError, match="not yet returned"):
             envs.send(np.zeros(3, dtype=np.int64), other)
         envs.send(np.zeros(3, dtype=np.int64))
         envs.recv()
         ids = envs.recv()[-1]
-        # the workers of a valid id list are remembered: the same bytes in another shape are still refused
+        # a checked id list is remembered: the same bytes in another shape are still refused
         with pytest.raises(ValueError, match="1-d"):
             envs.send(np.zeros((1, 3), dtype=np.int64), ids.reshape(1, 3))
-        with pytest.raises(ValueError, match="whole workers"):
-            envs.send(np.zeros(2, dtype=np.int64), ids[:2])
         envs.send(np.zeros(3, dtype=np.int64), ids.tolist())
         assert envs.recv()[-1].tolist() == ids.tolist()
         envs.reset(seed=1)  # synchronous use again once nothing is in flight

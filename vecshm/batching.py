@@ -1,13 +1,16 @@
 """EnvPool-style asynchronous batches: step some envs, take back whichever finish first.
 
-Workers are the unit: a batch is ``batch_size / envs_per_worker`` workers. ``send`` starts the
-given envs, ``recv`` waits until enough workers in flight have finished and hands back their env
-ids. Each env still sees exactly the actions it was sent, in order, so per-env results are the
-same as in a synchronous run.
+``send(actions, env_ids)`` and ``recv()`` work on envs: ``recv`` returns the first ``batch_size``
+envs to finish, and ``send`` takes any of the envs the caller holds. A worker steps all the envs it
+hosts together, so a worker starts once every one of its envs has its action (until then the
+actions wait, written into the envs' rows), and a worker that finishes may leave some of its envs
+for the next ``recv``. Each env still sees exactly the actions it was sent, in order, so per-env
+results are the same as in a synchronous run.
 
-Where the engine has a ring (see :mod:`vecshm.ring`), workers write their observations in the
-order they finish, and ``recv`` lends the batch's rows as they lie, in that order; otherwise the
-batch is the first workers found finished, in env order, and its observations are copied out.
+Where batches are made of whole workers and the engine has a ring (see :mod:`vecshm.ring`),
+workers write their observations in the order they finish, and ``recv`` lends the batch's rows as
+they lie, in that order. Otherwise the workers write into slot 0, where a finished env's results
+stay until its worker runs again, which needs the env back from the caller; ``recv`` copies them.
 """
 
 from __future__ import annotations
@@ -22,79 +25,168 @@ from vecshm.ring import CLAIM
 
 __all__ = ["AsyncBatches"]
 
+ENV_IDS_CACHE = 1024  # distinct env id lists remembered once checked (see AsyncBatches._checked)
+
 
 class AsyncBatches:
-    """Which workers are in flight, and the send/recv protocol over an :class:`Engine`."""
+    """Where every env is (with the caller, waiting for its worker, in flight, finished), and the
+    send/recv protocol over an :class:`Engine`."""
 
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
         n = engine.num_envs
         self.engine = engine
-        self.ring = engine.ring
+        self.sizes = np.array([stop - start for start, stop in engine.slices], dtype=np.int64)
+        self.in_flight = np.zeros(engine.num_workers, dtype=bool)  # workers running a command
+        self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
+        self.staged = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: envs whose actions wait
+        self.staged_dynamic: dict[int, list[Any]] = {}  # the waiting actions' dynamic leaves, by env
+        self.finished = np.empty(0, dtype=np.int64)  # envs finished but not yet returned, oldest first
+        self.started = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: when it last started
+        self._starts = 0
+        self._ids: dict[tuple[tuple[int, ...], bytes], tuple[np.ndarray, np.ndarray, bool]] = {}
+        if batch_size is None:
+            batch_size = n
+        elif not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n:
+            raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs={n}, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        size = int(self.sizes[0])
+        whole_workers = bool((self.sizes == size).all()) and self.batch_size % size == 0
+        # The ring lends whole units (one worker's envs each): only for batches of whole workers.
+        self.ring = engine.ring if whole_workers else None
+        self.workers_per_batch = self.batch_size // size
         self.slot = 0 if self.ring is None else CLAIM  # where workers write an async command's observations
-        self.in_flight = np.zeros(engine.num_workers, dtype=bool)
-        if batch_size is None:  # one batch of every env: any split works
-            self.batch_size, self.workers_per_batch = n, engine.num_workers
-            return
-        sizes = {stop - start for start, stop in engine.slices}
-        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n or n % batch_size:
-            raise ValueError(f"batch_size must divide num_envs={n} (1 <= batch_size <= {n}), got {batch_size!r}")
-        size = next(iter(sizes))
-        if len(sizes) != 1 or batch_size % size:
-            raise ValueError(
-                f"batch_size={batch_size} must be a multiple of envs_per_worker ({sorted(sizes)}): batches are "
-                "made of whole workers; pass envs_per_worker that divides batch_size"
-            )
-        self.batch_size = batch_size
-        self.workers_per_batch = batch_size // size
         if self.ring is not None:
             self.ring.use(self.workers_per_batch)
 
     @property
     def active(self) -> bool:
-        return bool(self.in_flight.any())
+        """Whether envs are in flight or finished but not yet returned (a synchronous call must wait)."""
+        return bool(self.in_flight.any()) or len(self.finished) > 0
 
-    def reset(self, requests: list[tuple[Any, Any] | None]) -> None:
+    def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
         self.drain()
         self.engine.send_resets(requests, self.engine.all_workers, self.slot)
         self.in_flight[:] = True
+        self.with_caller[:] = False
+        self.started[:] = self._starts = 0
 
     def send(self, actions: Any, env_ids: Any) -> np.ndarray:
-        """Start stepping ``env_ids`` (whole workers, idle) with one row of ``actions`` per env."""
-        env_ids = np.asarray(env_ids, dtype=np.int64)
-        workers = self.engine.workers_of(env_ids)
-        busy = workers[self.in_flight[workers]]
-        if len(busy):
+        """Give ``env_ids`` (envs the caller holds) one row of ``actions`` each; start every worker
+        that now has actions for all its envs."""
+        env_ids, workers, whole = self._checked(env_ids)
+        held = self.with_caller[env_ids]
+        if not held.all():
             raise AlreadyPendingCallError(
-                f"envs {self.engine.env_ids_of(busy).tolist()} are still in flight; recv() them before sending again",
+                f"envs {env_ids[~held].tolist()} were sent already and not yet returned by recv(); "
+                "recv() them before sending again",
                 "send",
             )
-        self.engine.send_step(actions, workers, env_ids, self.slot)
-        self.in_flight[workers] = True
+        dynamic = self.engine.write_actions(actions, env_ids)  # checked first: nothing changes if it raises
+        self.with_caller[env_ids] = False
+        if not whole:  # some workers may still wait for actions for their other envs
+            self.staged += np.bincount(self.engine.env_worker[env_ids], minlength=len(self.staged))
+            workers = workers[self.staged[workers] == self.sizes[workers]]
+            self.staged[workers] = 0
+        if dynamic is not None:
+            self.staged_dynamic.update(dynamic)
+        if len(workers):
+            self.engine.start_step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
+            self.in_flight[workers] = True
+            self._starts += 1
+            self.started[workers] = self._starts
         return env_ids
 
     def recv(self, timeout: float | None = None) -> tuple[np.ndarray, list[np.ndarray] | None]:
-        """Wait for the first ``batch_size`` envs to finish: their ids and, from the ring, their
-        fixed observation leaves (None: read them from the engine)."""
+        """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out): their ids and,
+        from the ring, their fixed observation leaves (None: read them from the engine)."""
         pending = np.flatnonzero(self.in_flight)
-        if len(pending) == 0:
-            raise NoAsyncCallError("recv() was called with no envs in flight; send() or async_reset() first", "recv")
-        need = min(self.workers_per_batch, len(pending))
-        if self.ring is None:
-            done = np.sort(self.engine.collect(pending, "step", need=need, timeout=timeout))
+        out = len(self.finished) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
+        if out == 0:
+            raise NoAsyncCallError(self._nothing_out(), "recv")
+        if self.ring is not None:  # whole workers: nothing is ever left over in ``finished``
+            need = min(self.workers_per_batch, len(pending))
+            done = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
             self.in_flight[done] = False
-            return self.engine.env_ids_of(done), None
-        done = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
-        self.in_flight[done] = False
-        return self.engine.env_ids_of(done), self.ring.take(need)
+            env_ids = self.engine.env_ids_of(done)
+            self.with_caller[env_ids] = True
+            return env_ids, self.ring.take(need)
+        need = min(self.batch_size, out)
+        while len(self.finished) < need:
+            pending = np.flatnonzero(self.in_flight)
+            pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
+            fewest = -(-(need - len(self.finished)) // int(self.sizes[pending].max()))  # workers that may do
+            done = np.sort(self.engine.collect(pending, "step", need=fewest, timeout=timeout))
+            self.in_flight[done] = False
+            self.finished = np.concatenate([self.finished, self.engine.env_ids_of(done)])
+        env_ids, self.finished = self.finished[:need], self.finished[need:]
+        self.with_caller[env_ids] = True
+        return env_ids, None
 
     def drain(self) -> None:
-        """Finish and drop whatever is in flight (before a synchronous call)."""
+        """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = np.flatnonzero(self.in_flight)
         if len(pending):
             self.engine.collect(pending, "step")
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))
+        self.forget_staged()
+        self.finished = self.finished[:0]
+        self.with_caller[:] = True
         if self.ring is not None:
             self.ring.rebuild()  # nothing in flight: the free units go back in ring order
+
+    def forget_staged(self) -> None:
+        """Drop the actions waiting for other envs of their workers (a synchronous step or reset
+        gives every env a new command); those envs are the caller's again."""
+        if self.staged.any():
+            waiting = (self.staged[self.engine.env_worker] > 0) & ~self.with_caller
+            waiting[self.finished] = False
+            self.with_caller[waiting] = True
+            self.staged[:] = 0
+            self.staged_dynamic.clear()
+
+    def _nothing_out(self) -> str:
+        message = "recv() was called with no envs in flight; send() or async_reset() first"
+        waiting = np.flatnonzero(self.staged > 0)
+        if len(waiting) == 0:
+            return message
+        held = np.flatnonzero(self.with_caller & np.isin(self.engine.env_worker, waiting))
+        return (
+            f"{message}. Envs wait for their worker's other envs: a worker steps the envs it hosts together, "
+            f"so send actions for envs {held.tolist()} too"
+        )
+
+    def _checked(self, env_ids: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+        """``env_ids`` as an array, the workers hosting them, and whether they are exactly those
+        workers' envs.
+
+        An async loop sends back the batches ``recv`` returned, so the same few id lists come again
+        and again: each is checked once, then answered from a small cache (read-only arrays).
+        """
+        ids = np.asarray(env_ids, dtype=np.int64)
+        key = (ids.shape, ids.tobytes())
+        found = self._ids.get(key)
+        if found is None:
+            found = self._check(ids)
+            if len(self._ids) >= ENV_IDS_CACHE:
+                self._ids.clear()
+            self._ids[key] = found
+        return found
+
+    def _check(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        n = self.engine.num_envs
+        if env_ids.ndim != 1 or len(env_ids) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-d list of env indices, got {env_ids!r}")
+        if env_ids.min() < 0 or env_ids.max() >= n:
+            raise IndexError(f"env_ids {env_ids.tolist()} out of range for {n} envs")
+        unique, counts = np.unique(env_ids, return_counts=True)
+        if len(unique) != len(env_ids):
+            raise ValueError(f"env_ids {env_ids.tolist()} name envs {unique[counts > 1].tolist()} more than once")
+        workers = np.unique(self.engine.env_worker[env_ids])
+        whole = int(self.sizes[workers].sum()) == len(env_ids)
+        ids = env_ids.copy()
+        for array in (ids, workers):
+            array.flags.writeable = False
+        return ids, workers, whole

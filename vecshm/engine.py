@@ -53,7 +53,6 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 # within it (zero-compute throughput: about 3% less). Only the automatic setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
 DEATH_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead workers
-WORKERS_OF_CACHE = 1024  # distinct env id lists whose workers are remembered (see Engine.workers_of)
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
@@ -161,7 +160,6 @@ class Engine:
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
         self.all_workers = np.arange(self.num_workers)
-        self._workers_of_ids: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}  # see workers_of
         self.spin_seconds = self._spin_budget(spin)
         worker_spin = self.spin_seconds if spin is not None else min(self.spin_seconds, WORKER_SPIN_SECONDS)
         self._spinner = Spinner(self.spin_seconds)
@@ -269,16 +267,27 @@ class Engine:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def send_step(self, actions: Any, workers: np.ndarray, env_ids: np.ndarray | None = None, slot: int = 0) -> None:
-        """Write ``actions`` (rows for ``env_ids``, default every env) and start a step on ``workers``."""
+    def send_step(self, actions: Any, workers: np.ndarray, slot: int = 0) -> None:
+        """Write one row of ``actions`` per env and start a step on ``workers`` (every worker, or
+        those hosting all the envs, in order)."""
+        self.start_step(workers, slot, self.write_actions(actions))
+
+    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
+        """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
+        fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
+        command, or None. Nothing is written when the check fails."""
         dynamic = self.action_writer.write(actions, env_ids)
+        if dynamic is None:
+            return None
+        return dict(zip(range(self.num_envs) if env_ids is None else env_ids.tolist(), dynamic))
+
+    def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> None:
+        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``."""
         self.submit(Command.STEP, workers, slot)
         if dynamic is None:
             return
-        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        by_env = dict(zip(ids, dynamic))
         for w in workers.tolist():
-            self.pool.conns[w].send({i: by_env[i] for i in range(*self.slices[w])})
+            self.pool.conns[w].send({i: dynamic.pop(i) for i in range(*self.slices[w])})
 
     # -- hot commands -----------------------------------------------------------------------------
 
@@ -313,7 +322,8 @@ class Engine:
     def collect(
         self, workers: np.ndarray, during: str, need: int | None = None, timeout: float | None = None
     ) -> np.ndarray:
-        """Wait until ``need`` (default: all) of ``workers`` finished their command; return exactly those.
+        """Wait until ``need`` (default: all) of ``workers`` finished their command; return exactly
+        those (the first ``need`` found finished, in the order of ``workers``).
 
         ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
         """
@@ -351,11 +361,17 @@ class Engine:
         timeout: float | None,
         ready: Callable[[], np.ndarray | None],
     ) -> np.ndarray:
-        """Wait until ``ready()`` names finished workers, then read their sockets (errors raise)."""
-        self.restarted_envs = []
-        self.restart_finals = {}
+        """Wait until ``ready()`` names finished workers, then read their sockets (errors raise).
+
+        What the engine keeps per env beside the segment (piped values, restarts) is replaced for
+        the finished workers' envs only: an async batch may leave some of them to a later ``recv``.
+        """
+        earlier_restarts = self.restarted_envs
+        self.restarted_envs = []  # this wait's, from _restart
         try:
             done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
+            if earlier_restarts or self.restart_finals or self.piped:
+                self._forget_results_of(done, earlier_restarts)
             self._gather(done, during)
             if self.restarted_envs and during == "step":
                 self.buffers.truncated[self.restarted_envs] = True  # the lost episodes end as truncated
@@ -451,9 +467,16 @@ class Engine:
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
         self.restarted_envs += list(range(start, stop))
 
+    def _forget_results_of(self, done: np.ndarray, earlier_restarts: list[int]) -> None:
+        """Drop what the envs of ``done`` left with the engine before this command (not its restarts)."""
+        renewed = set(self.env_ids_of(done).tolist())
+        fresh = set(self.restarted_envs)
+        self.restarted_envs = [i for i in earlier_restarts if i not in renewed] + self.restarted_envs
+        self.restart_finals = {i: v for i, v in self.restart_finals.items() if i not in renewed or i in fresh}
+        self.piped = {key: v for key, v in self.piped.items() if key[1] not in renewed}
+
     def _gather(self, done: np.ndarray, during: str) -> None:
         """Read what finished workers left on their sockets: piped infos, or an env's error."""
-        self.piped = {}
         statuses = self.buffers.status[done]
         if (statuses == _OK).all():
             return
@@ -468,38 +491,6 @@ class Engine:
             raise remote_errors(records)
 
     # -- async batches: workers in flight, results taken as they come ---------------------------
-
-    def workers_of(self, env_ids: np.ndarray) -> np.ndarray:
-        """The workers hosting exactly ``env_ids`` (whole workers only), in order.
-
-        An async loop sends back the batches ``recv`` returned, so the same few id lists come again
-        and again: each is checked once, then answered from a small cache (read-only arrays).
-        """
-        env_ids = np.asarray(env_ids, dtype=np.int64)
-        key = (env_ids.shape, env_ids.tobytes())
-        workers = self._workers_of_ids.get(key)
-        if workers is None:
-            workers = self._check_workers_of(env_ids)
-            workers.flags.writeable = False
-            if len(self._workers_of_ids) >= WORKERS_OF_CACHE:
-                self._workers_of_ids.clear()
-            self._workers_of_ids[key] = workers
-        return workers
-
-    def _check_workers_of(self, env_ids: np.ndarray) -> np.ndarray:
-        if env_ids.ndim != 1 or len(env_ids) == 0:
-            raise ValueError(f"env_ids must be a non-empty 1-d list of env indices, got {env_ids!r}")
-        if env_ids.min() < 0 or env_ids.max() >= self.num_envs:
-            raise IndexError(f"env_ids {env_ids.tolist()} out of range for {self.num_envs} envs")
-        workers = np.unique(self.env_worker[env_ids])
-        hosted = np.concatenate([np.arange(*self.slices[w]) for w in workers])
-        if sorted(env_ids.tolist()) != hosted.tolist():
-            per_worker = self.slices[workers[0]][1] - self.slices[workers[0]][0]
-            raise ValueError(
-                f"env_ids {env_ids.tolist()} must cover whole workers: envs are stepped per worker "
-                f"({per_worker} envs each); use the env_ids recv() returned"
-            )
-        return workers
 
     def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
         return np.concatenate([np.arange(*self.slices[w]) for w in workers.tolist()])

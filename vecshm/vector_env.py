@@ -146,6 +146,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             options = dict(options)
             mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
+        self._batches.forget_staged()
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
@@ -177,6 +178,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
+        self._batches.forget_staged()
         engine = self._engine
         engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
         self._state = _State.WAITING_STEP

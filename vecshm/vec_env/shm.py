@@ -37,7 +37,7 @@ class ShmVecEnv(VecEnv):
     :param on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild a dead worker's envs from
         their factories; their episodes end as truncated (``TimeLimit.truncated``, ``worker_restarted``)
     :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
-        must divide ``num_envs`` and be a multiple of ``envs_per_worker``
+        any number of envs up to ``num_envs``
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -105,6 +105,7 @@ class ShmVecEnv(VecEnv):
             raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
         if self._batches.active:
             raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
+        self._batches.forget_staged()
         engine = self._engine
         engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
         self.waiting = True

@@ -1,0 +1,177 @@
+"""Async batches at env granularity: any ``batch_size`` (not only whole workers, not only divisors
+of ``num_envs``), sends of any envs the caller holds, and every env's results, infos included,
+bit-identical to Gymnasium's ``SyncVectorEnv`` and SB3's ``DummyVecEnv``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import SPACES, assert_tree_equal, make_space_env
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import iterate
+from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+
+import vecshm.engine
+from vecshm import AlreadyPendingCallError, NoAsyncCallError, ShmVecEnv, ShmVectorEnv
+
+N_ENVS = 7  # with 2 or 3 envs per worker, the last worker hosts fewer
+STEPS = 80
+
+
+def action(env: int, k: int) -> int:
+    """The action env ``env`` gets on its ``k``-th step, in every run."""
+    return (env * 7 + k * 3) % 3
+
+
+def batch_plan(key: str) -> tuple[int, int, int]:
+    """(envs_per_worker, batch_size, seed of the send splits) for one space, the same in every run;
+    the batch size is not a multiple of envs_per_worker where it can be."""
+    rng = np.random.default_rng(sum(map(ord, key)) + 1)
+    per_worker = int(rng.choice([1, 2, 3]))
+    sizes = [b for b in range(1, N_ENVS) if per_worker == 1 or b % per_worker]
+    return per_worker, int(rng.choice(sizes)), int(rng.integers(1 << 16))
+
+
+def space_fns(key: str, n: int = N_ENVS):
+    return [make_space_env(key, tag=i, jitter_us=300.0) for i in range(n)]
+
+
+def infos_per_env(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """Gymnasium's batched infos (values and ``_key`` masks) back into one dict per env."""
+    out: list[dict[str, Any]] = [{} for _ in range(count)]
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos[f"_{key}"]
+        nested = infos_per_env(value, count) if isinstance(value, dict) else None
+        for k in np.flatnonzero(mask):
+            out[k][key] = nested[k] if nested is not None else value[k]
+    return out
+
+
+def send_in_parts(envs: Any, env_ids: np.ndarray, histories: dict, rng: np.random.Generator) -> None:
+    """Send the batch back in one to three parts, in a shuffled order: each env its next action."""
+    order = rng.permutation(len(env_ids))
+    count = min(len(env_ids) - 1, int(rng.integers(0, 3)))
+    cuts = np.sort(rng.choice(np.arange(1, len(env_ids)), size=count, replace=False))
+    for part in np.split(env_ids[order], cuts):
+        envs.send(np.array([action(i, len(histories[i]) - 1) for i in part.tolist()]), part)
+
+
+@pytest.mark.parametrize("key", list(SPACES))
+def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
+    per_worker, batch, seed = batch_plan(key)
+    rng = np.random.default_rng(seed)
+    histories: dict[int, list] = defaultdict(list)
+    with ShmVectorEnv(space_fns(key), batch_size=batch, envs_per_worker=per_worker) as envs:
+        envs.async_reset(seed=0)
+        for _ in range(STEPS):
+            obs, rewards, terminations, truncations, infos, env_ids = envs.recv()
+            assert len(env_ids) == batch
+            per_env = infos_per_env(infos, len(env_ids))
+            for k, (i, row) in enumerate(zip(env_ids.tolist(), iterate(envs.observation_space, obs))):
+                histories[i].append((row, rewards[k], terminations[k], truncations[k], per_env[k]))
+            send_in_parts(envs, env_ids, histories, rng)
+        while envs._batches.active:
+            envs.recv()
+    reference = SyncVectorEnv(space_fns(key))
+    obs, infos = reference.reset(seed=0)
+    expected: dict[int, list] = defaultdict(list)
+    for i, (row, info) in enumerate(zip(iterate(reference.observation_space, obs), infos_per_env(infos, N_ENVS))):
+        expected[i].append((row, np.float64(0.0), np.False_, np.False_, info))
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, terminations, truncations, infos = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        per_env = infos_per_env(infos, N_ENVS)
+        for i, row in enumerate(iterate(reference.observation_space, obs)):
+            expected[i].append((row, rewards[i], terminations[i], truncations[i], per_env[i]))
+    reference.close()
+    assert all(len(h) >= 5 for h in histories.values()), "every env must have been stepped"
+    for i, history in histories.items():
+        for t, (got, want) in enumerate(zip(history, expected[i])):
+            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs")
+            assert got[1:4] == pytest.approx(want[1:4], abs=0), f"env {i} step {t}"
+            assert_tree_equal(got[4], want[4], f"env {i} step {t} infos")
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, monkeypatch, no_leaks):
+    """Terminal observations, ``TimeLimit.truncated`` and piped infos of envs a finished worker left
+    for a later ``recv``; with whole-worker batches from the ring, sends in parts."""
+    monkeypatch.setattr(vecshm.engine, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
+    fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(6)]
+    batch = 4 if ring else 5
+    rng = np.random.default_rng(3)
+    histories: dict[int, list] = defaultdict(list)
+    with ShmVecEnv(fns, batch_size=batch, envs_per_worker=2) as venv:
+        assert (venv._batches.ring is not None) == ring
+        venv.seed(4)
+        venv.async_reset()
+        for _ in range(STEPS):
+            obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
+            assert len(env_ids) == batch
+            for k, i in enumerate(env_ids.tolist()):
+                histories[i].append((obs[k], rewards[k], terminated[k] | truncated[k], infos[k]))
+            send_in_parts(venv, env_ids, histories, rng)
+        while venv._batches.active:
+            venv.recv()
+    reference = SB3DummyVecEnv(fns)
+    reference.seed(4)
+    obs = reference.reset()
+    expected = {i: [(obs[i], np.float32(0.0), np.False_, {})] for i in range(6)}
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, dones, infos = reference.step(np.array([action(i, k) for i in range(6)]))
+        for i in range(6):
+            expected[i].append((obs[i], rewards[i], dones[i], infos[i]))
+    reference.close()
+    assert any("big" in h[3] for history in histories.values() for h in history), "no piped info was returned"
+    for i, history in histories.items():
+        assert_tree_equal([h[:3] for h in history], [e[:3] for e in expected[i][: len(history)]], f"env {i}")
+        assert_tree_equal([h[3] for h in history[1:]], [e[3] for e in expected[i][1 : len(history)]], f"env {i} infos")
+
+
+def test_batch_size_is_checked():
+    for bad in (0, N_ENVS + 1, 2.0, "2"):
+        with pytest.raises(ValueError, match="batch_size"):
+            ShmVectorEnv(space_fns("box_f32"), batch_size=bad)
+
+
+def test_sends_are_checked_and_waiting_envs_are_named(no_leaks):
+    with ShmVectorEnv(space_fns("box_f32", 6), batch_size=3, envs_per_worker=2) as envs:
+        envs.async_reset(seed=1)
+        ids = envs.recv()[-1]
+        with pytest.raises(ValueError, match="more than once"):
+            envs.send(np.zeros(2, dtype=np.int64), [ids[0], ids[0]])
+        with pytest.raises(IndexError, match="out of range"):
+            envs.send(np.zeros(1, dtype=np.int64), [6])
+        with pytest.raises(ValueError, match="1-d"):
+            envs.send(np.zeros((1, 3), dtype=np.int64), ids.reshape(1, 3))
+        others = np.setdiff1d(np.arange(6), ids)
+        with pytest.raises(AlreadyPendingCallError, match="not yet returned"):
+            envs.send(np.zeros(3, dtype=np.int64), others)
+        with pytest.raises(ValueError, match="action"):  # a bad action changes nothing: the envs stay the caller's
+            envs.send(np.zeros(2, dtype=np.int64), ids)
+        envs.send(np.zeros(3, dtype=np.int64), ids)
+        with pytest.raises(AlreadyPendingCallError, match="not yet returned"):
+            envs.send(np.zeros(1, dtype=np.int64), ids[:1])
+        while envs._batches.active:
+            envs.recv()
+        envs.step(np.zeros(6, dtype=np.int64))  # drops the actions still waiting for their workers' other envs
+        envs.send(np.zeros(1, dtype=np.int64), [0])
+        with pytest.raises(NoAsyncCallError, match=r"send actions for envs \[1\] too"):
+            envs.recv()
+        envs.send(np.zeros(1, dtype=np.int64), [1])
+        assert sorted(envs.recv()[-1].tolist()) == [0, 1]
+
+
+def test_fewer_envs_out_than_a_batch_come_back_as_a_smaller_batch(no_leaks):
+    with ShmVecEnv(space_fns("box_f32", 6), batch_size=4, envs_per_worker=3) as venv:
+        venv.async_reset()
+        assert len(venv.recv()[-1]) == 4
+        assert len(venv.recv()[-1]) == 2  # the rest of the second worker's envs
+        venv.send(np.zeros(3, dtype=np.int64), [0, 1, 2])
+        assert sorted(venv.recv()[-1].tolist()) == [0, 1, 2]
+        with pytest.raises(NoAsyncCallError):
+            venv.recv()

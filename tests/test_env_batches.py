@@ -4,18 +4,28 @@ bit-identical to Gymnasium's ``SyncVectorEnv`` and SB3's ``DummyVecEnv``."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import SPACES, assert_tree_equal, make_space_env
+from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 import vecshm.engine
-from vecshm import AlreadyPendingCallError, NoAsyncCallError, ShmVecEnv, ShmVectorEnv
+from vecshm import (
+    AlreadyPendingCallError,
+    ClosedError,
+    NoAsyncCallError,
+    ShmVecEnv,
+    ShmVectorEnv,
+    WorkerDiedError,
+    WorkerError,
+)
 
 N_ENVS = 7  # with 2 or 3 envs per worker, the last worker hosts fewer
 STEPS = 80
@@ -175,3 +185,39 @@ def test_fewer_envs_out_than_a_batch_come_back_as_a_smaller_batch(no_leaks):
         assert sorted(venv.recv()[-1].tolist()) == [0, 1, 2]
         with pytest.raises(NoAsyncCallError):
             venv.recv()
+
+
+def test_worker_killed_while_its_envs_wait_names_them(no_leaks):
+    """A worker dies mid-step while batches end inside other workers' envs: the death surfaces,
+    naming the worker and its envs, even though the others keep filling batches."""
+    fns = [faulty("sigkill", fail_at=3) if i == 4 else healthy for i in range(6)]
+    venv = ShmVecEnv(fns, batch_size=3, envs_per_worker=2)
+    venv.async_reset()
+    deadline = time.monotonic() + 30
+    with pytest.raises(WorkerDiedError, match=r"worker 2 \(envs 4-5\).*SIGKILL"):
+        while time.monotonic() < deadline:
+            *_, env_ids = venv.recv()
+            venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    venv.close()
+
+
+@pytest.mark.parametrize("fault, message", [("raise", "env 3 raised .*boom"), ("bad_shape", "env 3 raised .*fit")])
+def test_env_errors_in_uneven_batches_name_the_env(fault, message, no_leaks):
+    fns = [faulty(fault, fail_at=3) if i == 3 else healthy for i in range(6)]
+    with ShmVectorEnv(fns, batch_size=4, envs_per_worker=3) as envs:
+        envs.async_reset(seed=0)
+        with pytest.raises(WorkerError, match=message):
+            for _ in range(20):
+                *_, env_ids = envs.recv()
+                envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+
+
+def test_close_with_envs_waiting_finished_and_in_flight(no_leaks):
+    envs = ShmVectorEnv(space_fns("frame_u8", 6), batch_size=4, envs_per_worker=3)
+    envs.async_reset(seed=0)
+    obs, *_, env_ids = envs.recv()  # one worker's envs and one of the other's: two are left finished
+    envs.send(np.zeros(1, dtype=np.int64), env_ids[:1])  # waits for its worker's other envs
+    envs.close()
+    with pytest.raises(ClosedError):
+        envs.recv()
+    assert obs.shape == (4, 210, 160, 3)

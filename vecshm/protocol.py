@@ -30,6 +30,7 @@ class AutoReset(IntEnum):
     SAME_STEP = 0  # SB3 and Gymnasium SAME_STEP: reset at once, keep the final obs and info aside
     NEXT_STEP = 1  # Gymnasium's default: the next step call resets instead of stepping
     DISABLED = 2  # the caller resets envs explicitly
+    NEXT_STEP_AHEAD = 3  # NEXT_STEP, but an ended episode is reset right after its step is published
 
 
 class CallOp(IntEnum):

@@ -66,7 +66,13 @@ class EnvRunner:
         self.action_reader = self._action_reader()
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
-        self.autoreset = spec.autoreset
+        # Under NEXT_STEP_AHEAD the envs behave as under NEXT_STEP, but the reset an ended episode
+        # needs is done as soon as the step is published, while the caller computes its actions,
+        # and kept here until the next step hands it on (or a reset of that env makes it moot).
+        ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
+        self.autoreset = AutoReset.NEXT_STEP if ahead else spec.autoreset
+        self.reset_ahead = ahead
+        self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
         self.piped: dict[tuple[str, int], bytes] = {}
 
     # -- dispatch ---------------------------------------------------------------------------------
@@ -88,6 +94,8 @@ class EnvRunner:
         except _EnvFailure as failure:
             errors, unit = failure.records, None
         self._publish(seq, errors, unit)
+        if self.reset_ahead and command is Command.STEP:
+            self._reset_ended_ahead()
 
     def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
         """Status, then the ring unit written (the parent takes a batch once its units are named),
@@ -149,7 +157,7 @@ class EnvRunner:
         """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
         b = self.buffers
         if self.needs_reset[offset]:
-            obs, info = env.reset()
+            obs, info = self._reset_ended(offset, env)
             self.needs_reset[offset] = False
             reward, term, trunc = 0.0, False, False
         else:
@@ -165,6 +173,26 @@ class EnvRunner:
         self.last_obs[offset] = obs
         self._write_info(b.info_len, b.info_arena, index, info, "info")
         return obs, reward, term, trunc
+
+    def _reset_ended_ahead(self) -> None:
+        """Reset the envs whose episodes this step ended, before the next command comes (its
+        results wait in ``ahead``; an exception waits too, and is raised by the next step)."""
+        for offset, env in enumerate(self.envs):
+            if self.needs_reset[offset] and offset not in self.ahead:
+                self.buffers.progress[self.spec.index] = self.start + offset  # named if it hangs or dies
+                try:
+                    self.ahead[offset] = env.reset()
+                except Exception as exc:
+                    self.ahead[offset] = exc
+
+    def _reset_ended(self, offset: int, env: gym.Env) -> tuple[Any, dict[str, Any]]:
+        """NEXT_STEP's reset of an ended episode: the one done ahead, else now."""
+        done = self.ahead.pop(offset, None)
+        if done is None:
+            return env.reset()
+        if isinstance(done, Exception):
+            raise done
+        return done
 
     def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
         """Built once: per step command, a function from env index to that env's action.
@@ -278,6 +306,7 @@ class EnvRunner:
                 observations.append(UNCHANGED if latest is None else latest)
                 continue
             observations.append(UNCHANGED)
+            self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
             try:
                 b.progress[self.spec.index] = index
                 obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them

@@ -76,6 +76,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         pin_parent: list[int] | None = None,
         limit_threads: bool = True,
         batch_size: int | None = None,
+        reset_ahead: bool = False,
     ) -> None:
         self.closed = True  # until the engine is up
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
@@ -85,10 +86,12 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self.observation_mode = observation_mode
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         _check_async_options(worker, observation_mode, max_concurrency)
+        if reset_ahead and self.autoreset_mode is not AutoresetMode.NEXT_STEP:
+            raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
         self._engine = Engine(
             list(env_fns),
-            autoreset=_AUTORESET[self.autoreset_mode],
+            autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else _AUTORESET[self.autoreset_mode],
             start_method=context,
             envs_per_worker=envs_per_worker,
             info_bytes=info_bytes,

@@ -4,6 +4,8 @@ bit-identical to Gymnasium's ``SyncVectorEnv`` and SB3's ``DummyVecEnv``."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import defaultdict
 from typing import Any
@@ -221,3 +223,38 @@ def test_close_with_envs_waiting_finished_and_in_flight(no_leaks):
     with pytest.raises(ClosedError):
         envs.recv()
     assert obs.shape == (4, 210, 160, 3)
+
+
+@pytest.mark.timeout(120)
+def test_restart_policy_under_async_batches(no_leaks):
+    """A worker killed while its envs are in flight is rebuilt; its envs come back in a later batch
+    with their episodes ended as truncated, on the last observation the caller saw."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(6)]
+    venv = ShmVecEnv(fns, batch_size=3, envs_per_worker=2, on_worker_failure="restart")
+    venv.async_reset()
+    last = {}
+    while venv._batches.active:
+        obs, *_, env_ids = venv.recv()
+        last.update(zip(env_ids.tolist(), obs))
+    victim = venv._engine.pool.processes[1].pid
+    os.kill(victim, signal.SIGKILL)
+    venv.send(np.zeros(6, dtype=np.int64), np.arange(6))
+    seen: dict[int, tuple] = {}
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        while len(seen) < 6:
+            obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
+            for k, i in enumerate(env_ids.tolist()):
+                seen[i] = (terminated[k], truncated[k], infos[k])
+    for i in range(6):
+        terminated, truncated, info = seen[i]
+        if i in (2, 3):
+            assert truncated and not terminated and info["TimeLimit.truncated"] and info["worker_restarted"]
+            np.testing.assert_array_equal(info["terminal_observation"], last[i])
+        else:
+            assert not (terminated or truncated) and "worker_restarted" not in info
+    assert venv._engine.pool.processes[1].pid != victim
+    venv.send(np.zeros(6, dtype=np.int64), np.arange(6))
+    for _ in range(10):  # the vec env goes on as before
+        *_, env_ids = venv.recv()
+        venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    venv.close()

@@ -137,7 +137,8 @@ class Engine:
             raise ValueError("on_worker_failure='restart' needs same-step autoreset (the SB3 facade, ShmVecEnv)")
         self.restart_workers = on_worker_failure == "restart"
         self.restarts: dict[int, int] = {}
-        self.restarted_envs: list[int] = []
+        self.restarted_envs: list[int] = []  # envs whose results say their worker was restarted
+        self.restarting: set[int] = set()  # envs of restarted workers whose reset was not collected yet
         self.restart_finals: dict[int, Any] = {}  # env -> the final observation a worker restart gave it
         if getattr(mp.current_process(), "_inheriting", False):
             raise RuntimeError(
@@ -365,16 +366,16 @@ class Engine:
 
         What the engine keeps per env beside the segment (piped values, restarts) is replaced for
         the finished workers' envs only: an async batch may leave some of them to a later ``recv``.
+        A restarted worker's envs are marked once its reset is collected, which an async wait
+        may leave to a later one.
         """
-        earlier_restarts = self.restarted_envs
-        self.restarted_envs = []  # this wait's, from _restart
         try:
             done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
-            if earlier_restarts or self.restart_finals or self.piped:
-                self._forget_results_of(done, earlier_restarts)
+            if self.restarted_envs or self.restarting or self.restart_finals or self.piped:
+                arrived = self._renew_results_of(done)
+                if arrived and during == "step":
+                    self.buffers.truncated[arrived] = True  # the lost episodes end as truncated
             self._gather(done, during)
-            if self.restarted_envs and during == "step":
-                self.buffers.truncated[self.restarted_envs] = True  # the lost episodes end as truncated
         except VecShmError as error:
             self._fail(error)
             raise
@@ -465,15 +466,18 @@ class Engine:
         self._sentinels[sentinel] = w
         self._watch.add(sentinel)
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
-        self.restarted_envs += list(range(start, stop))
+        self.restarting.update(range(start, stop))
 
-    def _forget_results_of(self, done: np.ndarray, earlier_restarts: list[int]) -> None:
-        """Drop what the envs of ``done`` left with the engine before this command (not its restarts)."""
+    def _renew_results_of(self, done: np.ndarray) -> list[int]:
+        """Drop what the envs of ``done`` left with the engine for their previous command, and
+        return those whose worker was restarted for this one (their reset is now collected)."""
         renewed = set(self.env_ids_of(done).tolist())
-        fresh = set(self.restarted_envs)
-        self.restarted_envs = [i for i in earlier_restarts if i not in renewed] + self.restarted_envs
-        self.restart_finals = {i: v for i, v in self.restart_finals.items() if i not in renewed or i in fresh}
+        arrived = sorted(self.restarting & renewed)
+        self.restarting -= renewed
+        self.restarted_envs = [i for i in self.restarted_envs if i not in renewed] + arrived
+        self.restart_finals = {i: v for i, v in self.restart_finals.items() if i not in renewed or i in arrived}
         self.piped = {key: v for key, v in self.piped.items() if key[1] not in renewed}
+        return arrived
 
     def _gather(self, done: np.ndarray, during: str) -> None:
         """Read what finished workers left on their sockets: piped infos, or an env's error."""

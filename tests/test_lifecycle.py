@@ -38,8 +38,37 @@ PARENT_SCRIPT = textwrap.dedent(
 )
 
 
-def start_parent(method: str) -> tuple[subprocess.Popen, list[int]]:
-    script = PARENT_SCRIPT.format(tests=os.path.join(ROOT, "tests"), method=method)
+ASYNC_PARENT_SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    sys.path.insert(0, {tests!r})
+    from faulty_envs import faulty
+    from vecshm import ShmVectorEnv
+
+    if __name__ == "__main__":
+        envs = ShmVectorEnv(
+            [faulty("hang", fail_at=2) for _ in range(6)], context={method!r}, envs_per_worker=2, batch_size=3
+        )
+        envs.async_reset(seed=0)
+        held = []
+        while envs._batches.active:
+            held.append(envs.recv())  # batches held while the parent waits
+        envs.send(np.zeros(6, dtype=np.int64), np.arange(6))  # first step: fine
+        for _ in range(2):
+            *_, env_ids = envs.recv()
+            envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)  # second step: every env hangs
+        try:
+            print(" ".join(str(p.pid) for p in envs._engine.pool.processes), flush=True)
+            envs.recv()  # the parent waits here
+        except KeyboardInterrupt:
+            envs.close()
+            print("interrupted-and-closed", flush=True)
+    """
+)
+
+
+def start_parent(method: str, script: str = PARENT_SCRIPT) -> tuple[subprocess.Popen, list[int]]:
+    script = script.format(tests=os.path.join(ROOT, "tests"), method=method)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = parent.stdout.readline()
     assert line.strip(), f"parent failed to start: {parent.stderr.read()}"
@@ -96,6 +125,28 @@ def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_an_async_recv_is_a_clean_keyboard_interrupt():
+    before = shm_entries()
+    parent, workers = start_parent("forkserver", ASYNC_PARENT_SCRIPT)
+    parent.send_signal(signal.SIGINT)
+    out, err = parent.communicate(timeout=120)
+    assert "interrupted-and-closed" in out, err
+    assert wait_gone(workers, 30) == []
+    assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
+    assert shm_entries() <= before
+
+
+@pytest.mark.timeout(180)
+def test_workers_exit_when_the_parent_is_killed_during_an_async_recv():
+    before = shm_entries()
+    parent, workers = start_parent("forkserver", ASYNC_PARENT_SCRIPT)
+    parent.kill()
+    parent.wait()
+    assert wait_gone(workers, 20) == []
+    assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
 
 
 def test_importing_vecshm_does_not_import_torch_or_sb3():

@@ -21,6 +21,7 @@ import numpy as np
 
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.protocol import Phase
 from vecshm.ring import CLAIM
 
 __all__ = ["AsyncBatches"]
@@ -116,7 +117,7 @@ class AsyncBatches:
             pending = np.flatnonzero(self.in_flight)
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(self.finished)) // int(self.sizes[pending].max()))  # workers that may do
-            done = np.sort(self.engine.collect(pending, "step", need=fewest, timeout=timeout))
+            done = np.sort(self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout))
             self.in_flight[done] = False
             self.finished = np.concatenate([self.finished, self.engine.env_ids_of(done)])
         env_ids, self.finished = self.finished[:need], self.finished[need:]
@@ -127,7 +128,7 @@ class AsyncBatches:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = np.flatnonzero(self.in_flight)
         if len(pending):
-            self.engine.collect(pending, "step")
+            self.engine.collect(pending, Phase.STEP)
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))

@@ -34,7 +34,7 @@ from vecshm.errors import (
 )
 from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
-from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.registry import snapshot_registry
 from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
@@ -321,7 +321,7 @@ class Engine:
             self.pool.conns[w].send(requests[start:stop])
 
     def collect(
-        self, workers: np.ndarray, during: str, need: int | None = None, timeout: float | None = None
+        self, workers: np.ndarray, during: Phase, need: int | None = None, timeout: float | None = None
     ) -> np.ndarray:
         """Wait until ``need`` (default: all) of ``workers`` finished their command; return exactly
         those (the first ``need`` found finished, in the order of ``workers``).
@@ -352,13 +352,13 @@ class Engine:
             failed = (b.done_seq[workers] == expected) & (b.status[workers] == _ERROR)
             return workers[failed] if failed.any() else None
 
-        return self._collect(workers, expected, "step", timeout, written)
+        return self._collect(workers, expected, Phase.STEP, timeout, written)
 
     def _collect(
         self,
         workers: np.ndarray,
         expected: np.ndarray,
-        during: str,
+        during: Phase,
         timeout: float | None,
         ready: Callable[[], np.ndarray | None],
     ) -> np.ndarray:
@@ -373,7 +373,7 @@ class Engine:
             done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
             if self.restarted_envs or self.restarting or self.restart_finals or self.piped:
                 arrived = self._renew_results_of(done)
-                if arrived and during == "step":
+                if arrived and during is Phase.STEP:
                     self.buffers.truncated[arrived] = True  # the lost episodes end as truncated
             self._gather(done, during)
         except VecShmError as error:
@@ -388,7 +388,7 @@ class Engine:
         self,
         workers: np.ndarray,
         expected: np.ndarray,
-        during: str,
+        during: Phase,
         timeout: float | None,
         ready: Callable[[], np.ndarray | None],
     ) -> np.ndarray:
@@ -420,7 +420,7 @@ class Engine:
                 return result
             for fd in ended:
                 w = self._sentinels[fd]
-                if not (self.restart_workers and during in ("step", "reset")):
+                if not (self.restart_workers and during.runs_envs):
                     self.pool.raise_died(w, during)
                 self._restart(w, during, deadline)
                 expected[workers == w] = b.cmd_seq[w]
@@ -428,7 +428,7 @@ class Engine:
                 pending = workers[b.done_seq[workers] != expected]
                 self.pool.raise_timeout(pending.tolist(), during)
 
-    def _check_deaths(self, during: str) -> None:
+    def _check_deaths(self, during: Phase) -> None:
         """Every ``DEATH_CHECK_SECONDS``, look for a dead worker even though results keep coming.
 
         Async batches take whichever workers finish first: without this, the others could fill
@@ -442,11 +442,11 @@ class Engine:
         for fd in self._watch.wait(0):
             self.pool.raise_died(self._sentinels[fd], during)
 
-    def _restart(self, w: int, during: str, deadline: float | None) -> None:
+    def _restart(self, w: int, during: Phase, deadline: float | None) -> None:
         """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""
         self.restarts[w] = self.restarts.get(w, 0) + 1
         if self.restarts[w] > MAX_RESTARTS_PER_WORKER:
-            self.pool.raise_died(w, f"{during} (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
+            self.pool.raise_died(w, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
         start, stop = self.slices[w]
         process = self.pool.processes[w]
         process.join(1.0)
@@ -479,7 +479,7 @@ class Engine:
         self.piped = {key: v for key, v in self.piped.items() if key[1] not in renewed}
         return arrived
 
-    def _gather(self, done: np.ndarray, during: str) -> None:
+    def _gather(self, done: np.ndarray, during: Phase) -> None:
         """Read what finished workers left on their sockets: piped infos, or an env's error."""
         statuses = self.buffers.status[done]
         if (statuses == _OK).all():
@@ -594,7 +594,7 @@ class Engine:
         records = []
         try:
             for w in workers.tolist():
-                kind, payload = self.pool.recv(w, deadline, op.name.lower())
+                kind, payload = self.pool.recv(w, deadline, Phase.of_call(op))
                 if kind == "error":
                     records += payload
                 else:

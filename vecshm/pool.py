@@ -22,7 +22,7 @@ import numpy as np
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.memory import NamedSegment, Segment
-from vecshm.protocol import AutoReset, Command
+from vecshm.protocol import AutoReset, Command, Phase
 from vecshm.ring import UnitPipe
 from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
@@ -109,7 +109,7 @@ class WorkerPool:
 
         Raises the first construction error.
         """
-        replies = [self.recv(w, deadline, "env construction") for w in range(len(self.slices))]
+        replies = [self.recv(w, deadline, Phase.CONSTRUCTION) for w in range(len(self.slices))]
         for reply in replies:
             if reply[0] == "error":
                 raise remote_error(reply[1])
@@ -126,7 +126,7 @@ class WorkerPool:
         for w in range(len(self.slices)):
             self._send_segment(w)
         for w in range(len(self.slices)):
-            self.recv(w, deadline, "start-up")
+            self.recv(w, deadline, Phase.START_UP)
         if not keep_fd:
             self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
@@ -147,15 +147,15 @@ class WorkerPool:
         old.close()
         self.conns[w].close()
         self._start_process(w)
-        reply = self.recv(w, deadline, "worker restart")
+        reply = self.recv(w, deadline, Phase.RESTART)
         if reply[0] == "error":
             raise remote_error(reply[1])
         self._send_segment(w)
-        self.recv(w, deadline, "worker restart")
+        self.recv(w, deadline, Phase.RESTART)
 
     # -- messages and liveness --------------------------------------------------------------------
 
-    def recv(self, w: int, deadline: float | None, during: str) -> Any:
+    def recv(self, w: int, deadline: float | None, during: Phase) -> Any:
         """Receive from worker ``w``; a dead worker or a passed deadline raise instead of hanging."""
         conn, process = self.conns[w], self.processes[w]
         while True:
@@ -174,25 +174,25 @@ class WorkerPool:
     def env_indices(self, w: int) -> list[int]:
         return list(range(*self.slices[w]))
 
-    def raise_died(self, w: int, during: str) -> None:
+    def raise_died(self, w: int, during: Phase, note: str = "") -> None:
         process = self.processes[w]
         process.join(1.0)
         envs = self.env_indices(w)
         running = ""
-        if self.buffers is not None and during in ("step", "reset"):
+        if self.buffers is not None and during.runs_envs:
             running = f"; env {int(self.buffers.progress[w])} was running"
         raise WorkerDiedError(
-            f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{running}. "
+            f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
             + self._start_up_hint(process.exitcode, during),
             envs,
             process.exitcode,
         )
 
-    def _start_up_hint(self, exitcode: int | None, during: str) -> str:
+    def _start_up_hint(self, exitcode: int | None, during: Phase) -> str:
         """Why a worker that never reported may have died: the usual cause is a missing main guard."""
         method = self.context.get_start_method()
-        if during != "env construction" or exitcode != 1 or method == "fork":
+        if during is not Phase.CONSTRUCTION or exitcode != 1 or method == "fork":
             return ""
         main = getattr(sys.modules.get("__main__"), "__file__", None)
         script = f" ({main})" if main else ""
@@ -203,9 +203,9 @@ class WorkerPool:
             'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
         )
 
-    def raise_timeout(self, workers: list[int], during: str) -> None:
+    def raise_timeout(self, workers: list[int], during: Phase) -> None:
         self.stuck.update(workers)
-        if self.buffers is not None and during in ("step", "reset"):
+        if self.buffers is not None and during.runs_envs:
             envs = [int(self.buffers.progress[w]) for w in workers]
         else:
             envs = [i for w in workers for i in self.env_indices(w)]

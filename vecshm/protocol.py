@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
 
-__all__ = ["Command", "Status", "AutoReset", "CallOp"]
+__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase"]
 
 
 class Command(IntEnum):
@@ -42,3 +42,32 @@ class CallOp(IntEnum):
     ENV_METHOD = 4
     IS_WRAPPED = 5
     RENDER = 6
+
+
+class Phase(str, Enum):
+    """What the workers were doing when a wait ended badly: errors name it, and it decides what
+    else they can say (which env was running, why a worker that never reported died)."""
+
+    CONSTRUCTION = "env construction"
+    START_UP = "start-up"
+    RESTART = "worker restart"
+    STEP = "step"
+    RESET = "reset"
+    GET_ATTR = "get_attr"
+    SET_ATTR = "set_attr"
+    HAS_ATTR = "has_attr"
+    ENV_METHOD = "env_method"
+    IS_WRAPPED = "is_wrapped"
+    RENDER = "render"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def runs_envs(self) -> bool:
+        """Whether workers step or reset envs in this phase (and record which env is running)."""
+        return self in (Phase.STEP, Phase.RESET)
+
+    @classmethod
+    def of_call(cls, op: CallOp) -> Phase:
+        return cls[CallOp(op).name]

@@ -20,7 +20,7 @@ from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, action_dtypes
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
-from vecshm.protocol import AutoReset, CallOp, Command, Status
+from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.ring import CLAIM
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class EnvRunner:
             self._call()
             return
         self.piped = {}
-        during = "step" if command is Command.STEP else "reset"
+        during = Phase.STEP if command is Command.STEP else Phase.RESET
         errors: list[RemoteError] = []
         try:
             if command is Command.STEP:
@@ -137,7 +137,7 @@ class EnvRunner:
             try:
                 obs, reward, term, trunc = self._step_one(offset, env, index, action_of)
             except Exception as exc:
-                failures.append(RemoteError(exc, index, "step"))
+                failures.append(RemoteError(exc, index, Phase.STEP))
                 obs, reward, term, trunc = UNCHANGED, 0.0, False, False
             observations.append(obs)
             rewards.append(reward)
@@ -148,7 +148,7 @@ class EnvRunner:
             b.terminated[start:stop] = terminated
             b.truncated[start:stop] = truncated
         except Exception as exc:  # a reward or flag that is not a number
-            failures.append(RemoteError(exc, start, "step"))
+            failures.append(RemoteError(exc, start, Phase.STEP))
         if failures:
             raise _EnvFailure(failures)
         return observations
@@ -246,7 +246,7 @@ class EnvRunner:
 
         return any_space
 
-    def _write_observations(self, observations: list[Any], slot: int, during: str) -> int | None:
+    def _write_observations(self, observations: list[Any], slot: int, during: Phase) -> int | None:
         """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
         batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
         stepped (see :mod:`vecshm.ring`); that unit, if any."""
@@ -318,7 +318,7 @@ class EnvRunner:
                 b.final_info_len[index] = INFO_EMPTY
                 self._write_info(b.info_len, b.info_arena, index, info, "info")
             except Exception as exc:
-                failures.append(RemoteError(exc, index, "reset"))
+                failures.append(RemoteError(exc, index, Phase.RESET))
         if failures:
             raise _EnvFailure(failures)
         return observations

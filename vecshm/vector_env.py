@@ -18,7 +18,7 @@ from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.info_batching import batch_infos
-from vecshm.protocol import AutoReset, CallOp
+from vecshm.protocol import AutoReset, CallOp, Phase
 
 __all__ = ["ShmVectorEnv"]
 
@@ -161,7 +161,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            self._engine.collect(self._engine.all_workers, "reset", timeout=timeout)
+            self._engine.collect(self._engine.all_workers, Phase.RESET, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:
@@ -190,7 +190,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
         try:
-            self._engine.collect(self._engine.all_workers, "step", timeout=timeout)
+            self._engine.collect(self._engine.all_workers, Phase.STEP, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:

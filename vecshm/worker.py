@@ -28,7 +28,7 @@ from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import RemoteError
 from vecshm.memory import NamedSegment, Segment
-from vecshm.protocol import AutoReset, Command
+from vecshm.protocol import AutoReset, Command, Phase
 from vecshm.registry import adopt_registry
 from vecshm.ring import UnitPipe
 from vecshm.runner import EnvRunner
@@ -137,7 +137,7 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
                 )
             envs.append(env)
         except Exception as exc:
-            spec.conn.send(("error", RemoteError(exc, index, "env construction")))
+            spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
             _close_envs(envs)
             return None
     return envs

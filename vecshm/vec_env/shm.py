@@ -12,7 +12,7 @@ import numpy as np
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.protocol import AutoReset, CallOp
+from vecshm.protocol import AutoReset, CallOp, Phase
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["ShmVecEnv"]
@@ -115,7 +115,7 @@ class ShmVecEnv(VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         try:
-            self._engine.collect(self._engine.all_workers, "step")
+            self._engine.collect(self._engine.all_workers, Phase.STEP)
         finally:
             self.waiting = False
         obs, rewards, terminated, truncated, infos = self._results(None)
@@ -188,11 +188,11 @@ class ShmVecEnv(VecEnv):
         self._engine.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
             self.waiting = False
-            self._engine.collect(self._engine.all_workers, "step")
+            self._engine.collect(self._engine.all_workers, Phase.STEP)
         self._batches.drain()
         engine = self._engine
         engine.send_resets(self._reset_requests(), engine.all_workers, engine.batch_slot_for(self.copy))
-        engine.collect(engine.all_workers, "reset")
+        engine.collect(engine.all_workers, Phase.RESET)
         self.reset_infos = self._engine.infos(self._all_envs)
         self._reset_seeds()
         self._reset_options()

@@ -132,19 +132,21 @@ class AsyncBatches:
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))
-        self.forget_staged()
         self.finished = self.finished[:0]
+        self.forget_staged()
         self.with_caller[:] = True
         if self.ring is not None:
             self.ring.rebuild()  # nothing in flight: the free units go back in ring order
 
     def forget_staged(self) -> None:
         """Drop the actions waiting for other envs of their workers (a synchronous step or reset
-        gives every env a new command); those envs are the caller's again."""
+        gives every env a new command); those envs are the caller's again.
+
+        Only while nothing is in flight or finished (not ``active``): every env the caller does
+        not hold is then one whose action waits.
+        """
         if self.staged.any():
-            waiting = (self.staged[self.engine.env_worker] > 0) & ~self.with_caller
-            waiting[self.finished] = False
-            self.with_caller[waiting] = True
+            self.with_caller[:] = True
             self.staged[:] = 0
             self.staged_dynamic.clear()
 

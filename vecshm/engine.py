@@ -268,10 +268,9 @@ class Engine:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def send_step(self, actions: Any, workers: np.ndarray, slot: int = 0) -> None:
-        """Write one row of ``actions`` per env and start a step on ``workers`` (every worker, or
-        those hosting all the envs, in order)."""
-        self.start_step(workers, slot, self.write_actions(actions))
+    def send_step(self, actions: Any, slot: int = 0) -> None:
+        """Write one row of ``actions`` per env and start a step on every worker."""
+        self.start_step(self.all_workers, slot, self.write_actions(actions))
 
     def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
         """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their

@@ -183,7 +183,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._expect_state(_State.DEFAULT, "step_async")
         self._batches.forget_staged()
         engine = self._engine
-        engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
+        engine.send_step(actions, slot=engine.batch_slot_for(self.copy))
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):

@@ -107,7 +107,7 @@ class ShmVecEnv(VecEnv):
             raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
         self._batches.forget_staged()
         engine = self._engine
-        engine.send_step(actions, engine.all_workers, slot=engine.batch_slot_for(self.copy))
+        engine.send_step(actions, slot=engine.batch_slot_for(self.copy))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:

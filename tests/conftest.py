@@ -137,6 +137,8 @@ class SpaceEnv(gym.Env):
         info: dict[str, Any] = {}
         if self.t % 3 == 0:
             info = {"t": self.t, "vec": np.full(2, self.t, dtype=np.float32)}
+        elif self.t % 3 == 1:  # flat numbers: these travel as typed columns (vecshm.info_columns)
+            info = {"t": self.t, "score": reward, "lives": np.int8(3 - self.t % 4)}
         if self.big_info_every and self.t % self.big_info_every == 0:
             info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena slot
         return self.observation_space.sample(), reward, terminated, False, info

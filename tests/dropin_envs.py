@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Any
 
 import gymnasium as gym
@@ -108,3 +109,75 @@ class CounterInfoEnv(gym.Env):
         self.frames += 4
         obs = np.full(2, self.t / 100, np.float32)
         return obs, float(action), self.t >= 9 + self.tag, False, self._info()
+
+
+def typed_info(kind: int, t: int, huge: bool = True) -> dict[Any, Any]:
+    """Infos of every kind a worker may write: flat numbers of each type the columns hold (kinds 1,
+    2, 5, 8), and flat dicts that must be pickled (an int beyond 64 bits, or with ``huge=False`` a
+    string, which Gymnasium can batch; ``np.bool_``; a key that is not a string; a dict subclass)."""
+    if kind == 1:  # ALE's
+        return {"lives": 3 - t % 4, "episode_frame_number": 4 * t, "frame_number": 4 * t + 1000}
+    if kind == 2:
+        return {
+            "i": -t,
+            "f": t / 7,
+            "nan": float("nan"),
+            "neg_zero": -0.0,
+            "inf": float("-inf"),
+            "b": t % 2 == 0,
+            "i8": np.int8(-128),
+            "i16": np.int16(t),
+            "i32": np.int32(-(2**31)),
+            "i64": np.int64(-(2**63)),
+            "u8": np.uint8(255),
+            "u16": np.uint16(t),
+            "u32": np.uint32(2**32 - 1),
+            "u64": np.uint64(2**64 - 1),
+            "f16": np.float16(0.1),
+            "f32": np.float32(t / 3),
+            "f32_nan": np.float32("nan"),
+            "f64": np.float64(-t / 9),
+        }
+    if kind == 3:
+        return {"lives": 1, "huge": 2**70 + t} if huge else {"lives": 1, "name": f"t{t}"}
+    if kind == 4:
+        return {"lives": 2, "flag": np.bool_(t % 2)}
+    if kind == 5:
+        return {"_hidden": t, "lives": 3}
+    if kind == 6:
+        return {1: t}
+    if kind == 7:
+        return OrderedDict(lives=t)
+    if kind == 8:  # ALE's keys, another type for one of them: another schema
+        return {"lives": 1, "episode_frame_number": 2, "frame_number": t + 0.5}
+    return {}
+
+
+class TypedInfoEnv(gym.Env):
+    """Returns ``typed_info`` kinds in turn: on even steps every env the same kind, on odd steps
+    each env its own, so a batch of infos is sometimes of one schema and sometimes mixed."""
+
+    metadata = {"render_modes": []}
+    KINDS = 9
+
+    def __init__(self, tag: int = 0, huge: bool = True) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.tag = tag
+        self.huge = huge  # Gymnasium cannot batch an int beyond 64 bits (OverflowError)
+        self.t = 0
+
+    def _info(self) -> dict[Any, Any]:
+        kind = (self.t // 2 + (self.tag if self.t % 2 else 0)) % self.KINDS
+        return typed_info(kind, self.t, self.huge)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 2 * (self.tag % 3)
+        return np.zeros(2, np.float32), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        obs = np.full(2, self.t / 100, np.float32)
+        ended = self.t >= 11 + self.tag  # terminated for even tags, truncated for odd ones
+        return obs, float(action), ended and self.tag % 2 == 0, ended and self.tag % 2 == 1, self._info()

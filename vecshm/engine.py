@@ -32,6 +32,7 @@ from vecshm.errors import (
     VecShmError,
     remote_errors,
 )
+from vecshm.info_columns import InfoRecords, SchemaCache, is_columns
 from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
@@ -170,6 +171,7 @@ class Engine:
         self.state = EngineState.READY
         self.failure = ""
         self.piped: dict[tuple[str, int], bytes] = {}
+        self.info_schemas = SchemaCache()
         self.pool = WorkerPool(
             fns,
             self.slices,
@@ -561,13 +563,41 @@ class Engine:
 
     def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""
-        b = self.buffers
-        lengths, arena = (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
-        out: list[dict[str, Any]] = []
-        sizes = lengths.tolist()
-        for i in env_ids:
-            out.append({} if sizes[i] == INFO_EMPTY else self._unpickle(kind, i, sizes[i], arena))
+        lengths, arena = self._info_arena(kind)
+        ids = list(env_ids)
+        sizes = lengths[ids].tolist() if ids else []
+        out: list[dict[str, Any]] = [{} for _ in ids]
+        columns: dict[int, list[int]] = {}  # length word -> positions of the slots holding that schema
+        for k, (i, size) in enumerate(zip(ids, sizes)):
+            if is_columns(size):
+                columns.setdefault(size, []).append(k)
+            elif size != INFO_EMPTY:
+                out[k] = self._unpickle(kind, i, size, arena)
+        for size, positions in columns.items():
+            schema = self.info_schemas.schema(size, arena[ids[positions[0]]])
+            records = self.info_schemas.records(arena, [ids[k] for k in positions], schema)
+            for k, info in zip(positions, schema.dicts(records)):
+                out[k] = info
         return out
+
+    def info_records(self, env_ids: Sequence[int], kind: str = "info") -> InfoRecords | None:
+        """The infos of ``env_ids`` as columns, when every one that is not empty was written as
+        columns of one schema (see :mod:`vecshm.info_columns`); else None."""
+        lengths, arena = self._info_arena(kind)
+        ids = np.asarray(env_ids, dtype=np.intp)
+        sizes = lengths[ids]
+        positions = np.flatnonzero(sizes != INFO_EMPTY)
+        if len(positions) == 0:
+            return InfoRecords(positions, None, None)
+        size = int(sizes[positions[0]])
+        if not is_columns(size) or not (sizes[positions] == size).all():
+            return None
+        schema = self.info_schemas.schema(size, arena[ids[positions[0]]])
+        return InfoRecords(positions, schema, self.info_schemas.records(arena, ids[positions], schema))
+
+    def _info_arena(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        b = self.buffers
+        return (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
 
     # -- rare calls -------------------------------------------------------------------------------
 

@@ -5,8 +5,9 @@ array lookups, assignments and mask updates per env per step, in the parent, whi
 waits for the next command. When the infos of a batch are flat dicts with the same keys and the
 same scalar types (ALE's ``lives``/``episode_frame_number``/``frame_number``, most envs' counters),
 each key's array and mask are filled in one assignment instead: same keys, order, dtypes and values
-as ``_add_info`` gives. Anything else (nested dicts, arrays, objects, keys or types that differ
-between envs, ``final_obs``) goes through ``_add_info`` itself, env by env.
+as ``_add_info`` gives. Infos that came as typed columns (:mod:`vecshm.info_columns`) are batched
+straight from the columns, without a dict per env. Anything else (nested dicts, arrays, objects,
+keys or types that differ between envs, ``final_obs``) goes through ``_add_info`` itself, env by env.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["batch_infos"]
+from vecshm.info_columns import InfoRecords
+
+__all__ = ["batch_infos", "batch_records"]
 
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
@@ -27,19 +30,37 @@ def _is_scalar(value: Any) -> bool:
     return kind in (int, float, bool) or issubclass(kind, np.number)
 
 
+def _plain_keys(keys: Sequence[Any]) -> bool:
+    """Whether keys batch one array each: strings, no ``final_obs`` (an object array) and no ``_key``,
+    whose mask could collide with a key of that name (those are left to ``_add_info``)."""
+    return "final_obs" not in keys and all(type(key) is str and not key.startswith("_") for key in keys)
+
+
 def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
     """The keys and value types every info shares, when all are flat scalar dicts alike; else None."""
     first = infos[0]
     keys = tuple(first)
     types = tuple(type(value) for value in first.values())
-    if not all(_is_scalar(value) for value in first.values()) or any(k.startswith("_") for k in keys):
-        return None  # "_key" masks could collide with a key of that name: leave it to _add_info
-    if "final_obs" in keys:
+    if not all(_is_scalar(value) for value in first.values()) or not _plain_keys(keys):
         return None
     for info in infos[1:]:
         if tuple(info) != keys or tuple(type(value) for value in info.values()) != types:
             return None
     return keys, types
+
+
+def _batch_columns(
+    num_envs: int, positions: Any, keys: Sequence[str], types: Sequence[type], columns: Sequence[Any]
+) -> dict[str, Any]:
+    """Each key's array (of its type, zero where an env has no info) and mask, as ``_add_info`` builds them."""
+    vector_infos: dict[str, Any] = {}
+    for key, kind, column in zip(keys, types, columns):
+        array = np.zeros(num_envs, dtype=kind)
+        array[positions] = column
+        mask = np.zeros(num_envs, dtype=np.bool_)
+        mask[positions] = True
+        vector_infos[key], vector_infos[f"_{key}"] = array, mask
+    return vector_infos
 
 
 def batch_infos(num_envs: int, infos: Sequence[dict[str, Any]], add_info: AddInfo) -> dict[str, Any]:
@@ -55,11 +76,15 @@ def batch_infos(num_envs: int, infos: Sequence[dict[str, Any]], add_info: AddInf
             vector_infos = add_info(vector_infos, infos[k], k)
         return vector_infos
     keys, types = shape
-    vector_infos = {}
-    for key, kind in zip(keys, types):
-        array = np.zeros(num_envs, dtype=kind)
-        array[positions] = [info[key] for info in filled]
-        mask = np.zeros(num_envs, dtype=np.bool_)
-        mask[positions] = True
-        vector_infos[key], vector_infos[f"_{key}"] = array, mask
-    return vector_infos
+    return _batch_columns(num_envs, positions, keys, types, [[info[key] for info in filled] for key in keys])
+
+
+def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict[str, Any] | None:
+    """The vector info of infos read as columns, the env with ``infos.positions[j]`` at
+    ``env_positions[j]``; None when its keys need ``_add_info`` (then batch their dicts)."""
+    schema = infos.schema
+    if schema is None:
+        return {}
+    if not _plain_keys(schema.keys):
+        return None
+    return _batch_columns(num_envs, env_positions, schema.keys, schema.types, schema.columns(infos.records))

@@ -19,6 +19,7 @@ import numpy as np
 from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, action_dtypes
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
+from vecshm.info_columns import ColumnWriter
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.ring import CLAIM
@@ -74,6 +75,7 @@ class EnvRunner:
         self.reset_ahead = ahead
         self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
         self.piped: dict[tuple[str, int], bytes] = {}
+        self.info_columns = ColumnWriter()
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -324,10 +326,15 @@ class EnvRunner:
         return observations
 
     def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
+        """An info as typed columns when it is a flat dict of numbers, else pickled (see vecshm.info_columns)."""
         if not info:
             lengths[index] = INFO_EMPTY
             return
-        self._write_blob(lengths, arena, index, info, kind)
+        length = self.info_columns.write(info, arena[index])
+        if length is None:
+            self._write_blob(lengths, arena, index, info, kind)
+        else:
+            lengths[index] = length
 
     def _write_blob(self, lengths: np.ndarray, arena: np.ndarray, index: int, value: Any, kind: str) -> None:
         """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""

@@ -17,7 +17,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
-from vecshm.info_batching import batch_infos
+from vecshm.info_batching import batch_infos, batch_records
 from vecshm.protocol import AutoReset, CallOp, Phase
 
 __all__ = ["ShmVectorEnv"]
@@ -166,11 +166,23 @@ class ShmVectorEnv(gym.vector.VectorEnv):
             _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
-        chosen = np.flatnonzero(self._reset_mask).tolist()
-        reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
-        for i, info in zip(chosen, self._engine.infos(chosen)):
-            reset_infos[i] = info
-        return self._engine.observations(None, self.copy), batch_infos(self.num_envs, reset_infos, self._add_info)
+        chosen = np.flatnonzero(self._reset_mask)
+        return self._engine.observations(None, self.copy), self._vector_infos(
+            self.num_envs, chosen, chosen, self._add_info
+        )
+
+    def _vector_infos(self, size: int, env_ids: np.ndarray, at: np.ndarray, add_info: Any) -> dict[str, Any]:
+        """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
+        built from their columns when they came as columns."""
+        records = self._engine.info_records(env_ids)
+        if records is not None:
+            vector_infos = batch_records(size, at[records.positions], records)
+            if vector_infos is not None:
+                return vector_infos
+        infos: list[dict[str, Any]] = [{} for _ in range(size)]
+        for k, info in zip(at.tolist(), self._engine.infos(env_ids.tolist())):
+            infos[k] = info
+        return batch_infos(size, infos, add_info)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -206,20 +218,19 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         rows = slice(None) if env_ids is None else env_ids
         ids = self._all if env_ids is None else env_ids.tolist()
         batch = self if env_ids is None else _InfoBatch(len(ids))
-        step_infos = self._engine.infos(ids)
         finals: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in np.flatnonzero(b.terminated[rows] | b.truncated[rows])]
             finals = dict(zip(ended, self._engine.infos(ended, "final")))
         if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
             infos: dict[str, Any] = {}
-            for k, i in enumerate(ids):
+            for k, (i, step_info) in enumerate(zip(ids, self._engine.infos(ids))):
                 if i in finals:
                     final_obs = self._engine.final_observation(i)
                     infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
-                infos = batch._add_info(infos, step_infos[k], k)
+                infos = batch._add_info(infos, step_info, k)
         else:
-            infos = batch_infos(len(ids), step_infos, batch._add_info)
+            infos = self._vector_infos(len(ids), np.asarray(ids), np.arange(len(ids)), batch._add_info)
         rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
         return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
 

@@ -32,7 +32,7 @@ from vecshm.errors import (
     VecShmError,
     remote_errors,
 )
-from vecshm.info_columns import InfoRecords, SchemaCache, is_columns
+from vecshm.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
 from vecshm.layout import assemble, leaves, merge_leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
@@ -564,20 +564,17 @@ class Engine:
     def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""
         lengths, arena = self._info_arena(kind)
-        ids = list(env_ids)
-        sizes = lengths[ids].tolist() if ids else []
-        out: list[dict[str, Any]] = [{} for _ in ids]
-        columns: dict[int, list[int]] = {}  # length word -> positions of the slots holding that schema
-        for k, (i, size) in enumerate(zip(ids, sizes)):
-            if is_columns(size):
-                columns.setdefault(size, []).append(k)
-            elif size != INFO_EMPTY:
-                out[k] = self._unpickle(kind, i, size, arena)
-        for size, positions in columns.items():
-            schema = self.info_schemas.schema(size, arena[ids[positions[0]]])
-            records = self.info_schemas.records(arena, [ids[k] for k in positions], schema)
-            for k, info in zip(positions, schema.dicts(records)):
-                out[k] = info
+        sizes = lengths.tolist()
+        row_bytes = arena.shape[1]
+        out: list[dict[str, Any]] = []
+        for i in env_ids:
+            size = sizes[i]
+            if size == INFO_EMPTY:
+                out.append({})
+            elif size <= INFO_COLUMNS_BASE:  # typed columns (vecshm.info_columns)
+                out.append(self.info_schemas.schema(size, arena, i).dict_at(arena, i * row_bytes))
+            else:
+                out.append(self._unpickle(kind, i, size, arena))
         return out
 
     def info_records(self, env_ids: Sequence[int], kind: str = "info") -> InfoRecords | None:
@@ -592,7 +589,7 @@ class Engine:
         size = int(sizes[positions[0]])
         if not is_columns(size) or not (sizes[positions] == size).all():
             return None
-        schema = self.info_schemas.schema(size, arena[ids[positions[0]]])
+        schema = self.info_schemas.schema(size, arena, int(ids[positions[0]]))
         return InfoRecords(positions, schema, self.info_schemas.records(arena, ids[positions], schema))
 
     def _info_arena(self, kind: str) -> tuple[np.ndarray, np.ndarray]:

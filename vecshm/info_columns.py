@@ -63,9 +63,8 @@ class InfoSchema:
     keys: tuple[str, ...]
     types: tuple[type, ...]
     blob: bytes = field(init=False)  # written after the values: (keys, type names), pickled
-    blob_bytes: np.ndarray = field(init=False)  # the same, as a uint8 array ready to copy into a slot
     length: int = field(init=False)  # the arena length word of a slot holding this schema
-    packer: struct.Struct = field(init=False)
+    packer: struct.Struct = field(init=False)  # the values, then the blob: one slot's bytes
     dtype: np.dtype = field(init=False)  # one slot's values as a structured record
     python_only: bool = field(init=False)  # every type is int, float or bool: unpacked values need no cast
 
@@ -82,9 +81,9 @@ class InfoSchema:
             }
         )
         object.__setattr__(self, "blob", blob)
-        object.__setattr__(self, "blob_bytes", np.frombuffer(blob, dtype=np.uint8))
         object.__setattr__(self, "length", INFO_COLUMNS_BASE - ((digest << 8) | len(self.keys)))
-        object.__setattr__(self, "packer", struct.Struct("<" + "".join(f for f, _ in formats)))
+        packer = struct.Struct("<" + "".join(f for f, _ in formats) + f"{len(blob)}s")
+        object.__setattr__(self, "packer", packer)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "python_only", all(t in _PYTHON for t in self.types))
 
@@ -93,14 +92,12 @@ class InfoSchema:
         """Bytes of values at the start of a slot."""
         return _WORD * len(self.keys)
 
-    def dicts(self, records: np.ndarray) -> list[dict[str, Any]]:
-        """One info dict per record, each value of the type the env gave."""
-        rows = records.tolist()  # Python int/float/bool per field
-        keys = self.keys
-        if self.python_only:
-            return [dict(zip(keys, row)) for row in rows]
-        types = self.types
-        return [{key: kind(value) for key, kind, value in zip(keys, types, row)} for row in rows]
+    def dict_at(self, arena: np.ndarray, offset: int) -> dict[str, Any]:
+        """The info whose slot starts ``offset`` bytes into ``arena``, each value of the type the env gave."""
+        values = self.packer.unpack_from(arena, offset)  # Python int/float/bool per key, then the blob
+        if self.python_only:  # (zip stops at the last key, before the blob)
+            return dict(zip(self.keys, values))
+        return {key: kind(value) for key, kind, value in zip(self.keys, self.types, values)}
 
     def columns(self, records: np.ndarray) -> list[np.ndarray]:
         """Each key's values over ``records``, as stored (int64, uint64, float64 or bool)."""
@@ -135,8 +132,9 @@ class ColumnWriter:
     def __init__(self) -> None:
         self._schemas: dict[tuple[tuple[Any, ...], tuple[type, ...]], InfoSchema | None] = {}
 
-    def write(self, info: dict[Any, Any], row: np.ndarray) -> int | None:
-        """Write ``info`` into the arena ``row``; its length word, or None when it must be pickled."""
+    def write(self, info: dict[Any, Any], arena: np.ndarray, env_index: int) -> int | None:
+        """Write ``info`` into env ``env_index``'s slot of ``arena``; its length word, or None when
+        it must be pickled."""
         if type(info) is not dict:  # a dict subclass keeps its type through the pickled path only
             return None
         values = tuple(info.values())
@@ -145,13 +143,13 @@ class ColumnWriter:
             schema = self._schemas[key]
         except KeyError:
             schema = self._schemas[key] = schema_of(info)
-        if schema is None or schema.width + len(schema.blob) > row.shape[0]:
+        slot_bytes = arena.shape[1]
+        if schema is None or schema.packer.size > slot_bytes:
             return None
         try:
-            schema.packer.pack_into(row, 0, *values)
+            schema.packer.pack_into(arena, env_index * slot_bytes, *values, schema.blob)
         except (struct.error, OverflowError):  # an int beyond 64 bits
             return None
-        row[schema.width : schema.width + len(schema.blob)] = schema.blob_bytes
         return schema.length
 
 
@@ -161,14 +159,15 @@ class SchemaCache:
     def __init__(self) -> None:
         self._by_length: dict[int, InfoSchema] = {}
 
-    def schema(self, length: int, row: np.ndarray) -> InfoSchema:
-        """The schema of a slot whose length word is ``length`` (``row`` is that slot)."""
+    def schema(self, length: int, arena: np.ndarray, env_index: int) -> InfoSchema:
+        """The schema of env ``env_index``'s slot in ``arena``, whose length word is ``length``."""
         try:
             return self._by_length[length]
         except KeyError:
             pass
         keys_count = (INFO_COLUMNS_BASE - length) & 0xFF
-        keys, names = pickle.loads(row[_WORD * keys_count :].tobytes())  # bytes past the pickle are ignored
+        blob = arena[env_index, _WORD * keys_count :].tobytes()
+        keys, names = pickle.loads(blob)  # bytes past the pickle are ignored
         schema = InfoSchema(tuple(keys), tuple(_TYPES_BY_NAME[name] for name in names))
         if schema.length != length:
             raise RuntimeError(f"info slot holds a schema that does not match its length word {length}")

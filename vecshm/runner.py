@@ -330,7 +330,7 @@ class EnvRunner:
         if not info:
             lengths[index] = INFO_EMPTY
             return
-        length = self.info_columns.write(info, arena[index])
+        length = self.info_columns.write(info, arena, index)
         if length is None:
             self._write_blob(lengths, arena, index, info, kind)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 
 import gymnasium as gym
@@ -169,3 +170,14 @@ def test_make_vec_builds_wrapped_envs_like_gymnasium():
     finally:
         envs.close()
         reference.close()
+
+
+@pytest.mark.parametrize("cls", [AsyncVectorEnv, ShmVectorEnv])
+def test_an_unknown_keyword_raises_type_error_and_nothing_at_collection(cls, monkeypatch):
+    """As AsyncVectorEnv: the TypeError, and no exception from ``__del__`` of the half-built object."""
+    unraisable = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'workers'"):
+        cls([healthy()], workers=2)
+    gc.collect()
+    assert unraisable == []

@@ -340,7 +340,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "closed", True):
+        # VectorEnv's class attribute ``closed`` is False: an __init__ that failed before setting it
+        # (an unknown keyword) leaves no _state, and nothing to close (as AsyncVectorEnv checks)
+        if not getattr(self, "closed", True) and hasattr(self, "_state"):
             self.close(terminate=True)
 
     def __repr__(self) -> str:

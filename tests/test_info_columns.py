@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.info_columns import ColumnWriter, SchemaCache, is_columns
+from vecshm.info_columns import MAX_SCHEMAS, ColumnWriter, SchemaCache, is_columns
 
 COLUMN_KINDS = {1, 2, 5, 8}  # the typed_info kinds that are flat dicts of column types
 N_ENVS = 5
@@ -42,6 +42,16 @@ def test_every_column_type_round_trips_with_its_type():
 def test_a_slot_too_small_for_the_columns_takes_the_pickled_path():
     info = typed_info(1, 0)
     assert ColumnWriter().write(info, np.zeros((2, 24), np.uint8), 1) is None  # the values fit, the schema does not
+
+
+def test_keys_that_change_every_step_do_not_grow_the_caches_without_bound():
+    writer, arena, cache = ColumnWriter(), np.zeros((1, 256), np.uint8), SchemaCache()
+    lengths = [writer.write({f"episode_{t}": t}, arena, 0) for t in range(3 * MAX_SCHEMAS)]
+    assert all(is_columns(length) for length in lengths[:MAX_SCHEMAS])
+    assert lengths[MAX_SCHEMAS:] == [None] * (2 * MAX_SCHEMAS)  # pickled from then on
+    assert len(writer._schemas) == MAX_SCHEMAS
+    assert writer.write({"episode_0": 5}, arena, 0) == lengths[0]  # known schemas still take columns
+    assert cache.schema(lengths[0], arena, 0).dict_at(arena, 0) == {"episode_0": 5}
 
 
 def _typed_fns(huge: bool = True):

@@ -35,6 +35,9 @@ __all__ = ["INFO_COLUMNS_BASE", "ColumnWriter", "InfoRecords", "InfoSchema", "Sc
 INFO_COLUMNS_BASE = -2  # length words at or below this hold column-encoded infos
 _WORD = 8
 _MAX_KEYS = 255
+# Schemas a worker remembers. An env whose keys change every step ({"episode_17": ...}) would
+# otherwise grow both sides' caches without bound; past this, infos of new schemas are pickled.
+MAX_SCHEMAS = 256
 
 # The value types a column holds, with the struct format that stores them in 8 bytes and the dtype
 # the parent reads them as. All are types ``VectorEnv._add_info`` batches into ``np.zeros(n, type)``.
@@ -142,6 +145,8 @@ class ColumnWriter:
         try:
             schema = self._schemas[key]
         except KeyError:
+            if len(self._schemas) >= MAX_SCHEMAS:
+                return None
             schema = self._schemas[key] = schema_of(info)
         slot_bytes = arena.shape[1]
         if schema is None or schema.packer.size > slot_bytes:

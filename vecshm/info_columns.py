@@ -118,10 +118,8 @@ class InfoRecords:
     records: np.ndarray | None
 
 
-def schema_of(info: dict[Any, Any]) -> InfoSchema | None:
-    """The schema ``info`` is written with, or None when it takes the pickled path."""
-    types = tuple(type(value) for value in info.values())
-    keys = tuple(info)
+def schema_of(keys: tuple[Any, ...], types: tuple[type, ...]) -> InfoSchema | None:
+    """The schema of an info with these keys and value types, or None when it takes the pickled path."""
     if len(keys) > _MAX_KEYS or not all(type(key) is str for key in keys):
         return None
     if not all(t in _FORMATS for t in types):
@@ -147,7 +145,7 @@ class ColumnWriter:
         except KeyError:
             if len(self._schemas) >= MAX_SCHEMAS:
                 return None
-            schema = self._schemas[key] = schema_of(info)
+            schema = self._schemas[key] = schema_of(*key)
         slot_bytes = arena.shape[1]
         if schema is None or schema.packer.size > slot_bytes:
             return None

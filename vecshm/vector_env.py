@@ -109,6 +109,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._state = _State.DEFAULT
         self.num_envs = self._engine.num_envs
         self._all = list(range(self.num_envs))
+        self._all_ids = np.arange(self.num_envs)
         self._last_batch: np.ndarray | None = None
         try:
             self._batches = AsyncBatches(self._engine, batch_size)
@@ -230,7 +231,8 @@ class ShmVectorEnv(gym.vector.VectorEnv):
                     infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
                 infos = batch._add_info(infos, step_info, k)
         else:
-            infos = self._vector_infos(len(ids), np.asarray(ids), np.arange(len(ids)), batch._add_info)
+            id_array = self._all_ids if env_ids is None else env_ids
+            infos = self._vector_infos(len(ids), id_array, np.arange(len(ids)), batch._add_info)
         rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
         return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
 

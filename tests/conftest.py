@@ -182,6 +182,23 @@ def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
         assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"
 
 
+class AddInfoBatch:
+    """A stand-in vector env of ``num_envs`` envs, to call Gymnasium's own ``VectorEnv._add_info``."""
+
+    _add_info = gym.vector.VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def env_by_env(infos: list[dict]) -> dict:
+    """Gymnasium's own batching: ``_add_info`` for each env in turn, as AsyncVectorEnv does."""
+    batch, vector_infos = AddInfoBatch(len(infos)), {}
+    for k, info in enumerate(infos):
+        vector_infos = batch._add_info(vector_infos, info, k)
+    return vector_infos
+
+
 def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any:
     """A batch of ``n`` valid actions with a leading env axis, in the space's dtypes."""
     space.seed(int(rng.integers(1 << 31)))

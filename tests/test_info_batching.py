@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import assert_tree_equal
+from conftest import AddInfoBatch, assert_tree_equal, env_by_env
 from dropin_envs import CounterInfoEnv
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from vecshm import ShmVectorEnv
 from vecshm.info_batching import batch_infos
-
-
-class _Batch:
-    _add_info = gym.vector.VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-
-def env_by_env(infos: list[dict]) -> dict:
-    """Gymnasium's own batching: ``_add_info`` for each env in turn, as AsyncVectorEnv does."""
-    batch, vector_infos = _Batch(len(infos)), {}
-    for k, info in enumerate(infos):
-        vector_infos = batch._add_info(vector_infos, info, k)
-    return vector_infos
 
 
 def random_infos(rng: np.random.Generator) -> list[dict]:
@@ -62,7 +46,7 @@ def test_batch_infos_equals_add_info_env_by_env():
     rng = np.random.default_rng(0)
     for trial in range(3000):
         infos = random_infos(rng)
-        add_info = _Batch(len(infos))._add_info
+        add_info = AddInfoBatch(len(infos))._add_info
         try:
             expected = env_by_env([dict(info) for info in infos])
         except Exception as error:  # some key mixes break _add_info itself: they must break the same way

@@ -8,8 +8,9 @@ install would otherwise win (a script's own folder, not the current directory, c
     for i in 1 2 3 4 5 6; do for tree in ../old .; do
         PYTHONPATH=$tree python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3; done; done
 
-and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; 8 envs (or the
-third argument), 2 s. The id ``ale-infos`` is a zero-compute env defined here (so any checkout runs
+and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
+and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``); 8 envs
+(or the third argument), 2 s. The id ``ale-infos`` is a zero-compute env defined here (so any checkout runs
 it) whose infos are ALE's: ``lives``, ``episode_frame_number`` and ``frame_number`` on every step.
 """
 
@@ -55,20 +56,30 @@ class AleInfoEnv(gym.Env):
 def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
     make = AleInfoEnv if env_id == "ale-infos" else (lambda: gym.make(env_id))
     fns = [make for _ in range(n_envs)]
-    venv = ShmVecEnv(fns) if facade == "sb3" else ShmVectorEnv(fns)
+    batch = n_envs // 2 if facade.endswith("-async") else None
+    venv = ShmVecEnv(fns, batch_size=batch) if facade.startswith("sb3") else ShmVectorEnv(fns, batch_size=batch)
     try:
-        venv.reset()
-        space = venv.action_space if facade == "sb3" else venv.single_action_space
+        space = venv.action_space if facade.startswith("sb3") else venv.single_action_space
         space.seed(0)
-        actions = np.stack([space.sample() for _ in range(n_envs)])
+        actions = np.stack([space.sample() for _ in range(batch or n_envs)])
+        if batch is None:
+            venv.reset()
+            step = lambda: venv.step(actions)  # noqa: E731
+        else:
+            venv.async_reset()
+
+            def step() -> None:
+                venv.send(actions, venv.recv()[-1])
+
+            step()  # the first batch of resets back, and its envs sent
         for _ in range(2000):  # warm-up: caches, spinners, allocator
-            venv.step(actions)
+            step()
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < SECONDS:
             for _ in range(200):
-                venv.step(actions)
+                step()
             steps += 200
-        return steps * n_envs / (time.perf_counter() - start)
+        return steps * (batch or n_envs) / (time.perf_counter() - start)
     finally:
         venv.close()
 

@@ -22,6 +22,8 @@ from gymnasium import spaces
 
 import vecshm.info_columns
 from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.protocol import Phase
+from vecshm.vector_env import _vector_infos
 
 
 class AleInfoEnv(gym.Env):
@@ -44,6 +46,12 @@ class AleInfoEnv(gym.Env):
         return np.zeros(4, np.uint8), 0.0, False, False, self._info()
 
 
+def last_step(engine: Any, n: int) -> Any:
+    """One step of every env, whose results (a ``vecshm.results.Batch``) can be read again and again."""
+    engine.send_step(np.zeros(n, np.int64), copy=False)
+    return engine.wait_all(Phase.STEP)
+
+
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:
     """Best of 7 of the mean time to read one step's infos for ``n`` envs, in microseconds."""
     write = vecshm.info_columns.ColumnWriter.write
@@ -56,15 +64,13 @@ def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> floa
         if facade == "sb3":
             venv = ShmVecEnv(fns, envs_per_worker=per_worker, start_method="fork")
             venv.reset()
-            venv.step(np.zeros(n, np.int64))
-            engine, ids = venv._engine, list(range(n))
-            read = lambda: engine.infos(ids)  # noqa: E731
+            batch = last_step(venv._engine, n)
+            read = batch.infos
         else:
             venv = ShmVectorEnv(fns, envs_per_worker=per_worker, context="fork")
             venv.reset(seed=0)
-            venv.step(np.zeros(n, np.int64))
-            ids = np.arange(n)
-            read = lambda: venv._vector_infos(n, ids, ids, venv._add_info)  # noqa: E731
+            batch, ids = last_step(venv._engine, n), np.arange(n)
+            read = lambda: _vector_infos(batch, n, ids, ids, venv._add_info)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
         vecshm.info_columns.ColumnWriter.write = write

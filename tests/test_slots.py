@@ -116,3 +116,17 @@ def test_partial_reset_returns_the_whole_batch_in_a_fresh_slot():
             assert not any(np.shares_memory(partial, k) for k in kept)
         finally:
             reference.close()
+
+
+def test_results_nobody_reads_give_their_slot_back():
+    """A step that ``reset()`` cancels is collected and its results dropped: its slot must come
+    back, or after a few such steps every batch would be copied instead of lent."""
+    fns = [make_space_env("frame_u8") for _ in range(2)]
+    actions = np.zeros(2, dtype=np.int64)
+    with ShmVecEnv(fns) as venv:
+        obs = venv.reset()
+        for _ in range(3 * DEFAULT_LENDABLE_SLOTS):
+            venv.step_async(actions)
+            obs = venv.reset()
+        assert in_segment_mapping(first_address(obs)), "reset results must still be lent"
+        assert in_segment_mapping(first_address(venv.step(actions)[0])), "step results must still be lent"

@@ -22,6 +22,7 @@ import numpy as np
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.protocol import Phase
+from vecshm.results import NO_EXTRAS, Batch
 from vecshm.ring import CLAIM
 
 __all__ = ["AsyncBatches"]
@@ -42,6 +43,7 @@ class AsyncBatches:
         self.staged = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: envs whose actions wait
         self.staged_dynamic: dict[int, list[Any]] = {}  # the waiting actions' dynamic leaves, by env
         self.finished = np.empty(0, dtype=np.int64)  # envs finished but not yet returned, oldest first
+        self.finished_extras = NO_EXTRAS  # what those envs left beside the segment
         self.started = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: when it last started
         self._starts = 0
         self._ids: dict[tuple[tuple[int, ...], bytes], tuple[np.ndarray, np.ndarray, bool]] = {}
@@ -98,31 +100,34 @@ class AsyncBatches:
             self.started[workers] = self._starts
         return env_ids
 
-    def recv(self, timeout: float | None = None) -> tuple[np.ndarray, list[np.ndarray] | None]:
-        """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out): their ids and,
-        from the ring, their fixed observation leaves (None: read them from the engine)."""
+    def recv(self, timeout: float | None = None) -> Batch:
+        """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out); their results
+        (from the ring, with their fixed observation leaves lent)."""
         pending = np.flatnonzero(self.in_flight)
         out = len(self.finished) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
         if self.ring is not None:  # whole workers: nothing is ever left over in ``finished``
             need = min(self.workers_per_batch, len(pending))
-            done = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
+            done, extras = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
             self.in_flight[done] = False
             env_ids = self.engine.env_ids_of(done)
             self.with_caller[env_ids] = True
-            return env_ids, self.ring.take(need)
+            return self.engine.batch(env_ids, extras, self.ring.take(need))
         need = min(self.batch_size, out)
         while len(self.finished) < need:
             pending = np.flatnonzero(self.in_flight)
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(self.finished)) // int(self.sizes[pending].max()))  # workers that may do
-            done = np.sort(self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout))
+            done, extras = self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout)
+            done = np.sort(done)
             self.in_flight[done] = False
             self.finished = np.concatenate([self.finished, self.engine.env_ids_of(done)])
+            self.finished_extras = self.finished_extras.merged(extras)
         env_ids, self.finished = self.finished[:need], self.finished[need:]
         self.with_caller[env_ids] = True
-        return env_ids, None
+        extras, self.finished_extras = self.finished_extras.split(env_ids.tolist())
+        return self.engine.batch(env_ids, extras)
 
     def drain(self) -> None:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
@@ -133,6 +138,7 @@ class AsyncBatches:
             if self.ring is not None:
                 self.ring.discard(len(pending))
         self.finished = self.finished[:0]
+        self.finished_extras = NO_EXTRAS
         self.forget_staged()
         self.with_caller[:] = True
         if self.ring is not None:

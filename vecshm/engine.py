@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import pickle
 import platform
 import time
 import warnings
@@ -24,7 +23,7 @@ from gymnasium import spaces
 
 from vecshm.actions import ActionWriter
 from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, BufferSpec
+from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import (
     ClosedError,
     FailedError,
@@ -32,11 +31,11 @@ from vecshm.errors import (
     VecShmError,
     remote_errors,
 )
-from vecshm.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
-from vecshm.layout import assemble, leaves, merge_leaves
+from vecshm.layout import leaves
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.registry import snapshot_registry
+from vecshm.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
 from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
 from vecshm.sync import DoneWatch, Spinner
@@ -138,9 +137,10 @@ class Engine:
             raise ValueError("on_worker_failure='restart' needs same-step autoreset (the SB3 facade, ShmVecEnv)")
         self.restart_workers = on_worker_failure == "restart"
         self.restarts: dict[int, int] = {}
-        self.restarted_envs: list[int] = []  # envs whose results say their worker was restarted
-        self.restarting: set[int] = set()  # envs of restarted workers whose reset was not collected yet
-        self.restart_finals: dict[int, Any] = {}  # env -> the final observation a worker restart gave it
+        # env of a restarted worker whose reset was not collected yet -> the last observation of its
+        # lost episode; and the last piped observation leaves, which that observation may need
+        self.restarting: dict[int, Any] = {}
+        self.last_piped_obs: dict[tuple[str, int], bytes] = {}
         if getattr(mp.current_process(), "_inheriting", False):
             raise RuntimeError(
                 "a vec env is being created while this process starts up as a worker: the main script creates "
@@ -170,8 +170,6 @@ class Engine:
         settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
         self.state = EngineState.READY
         self.failure = ""
-        self.piped: dict[tuple[str, int], bytes] = {}
-        self.info_schemas = SchemaCache()
         self.pool = WorkerPool(
             fns,
             self.slices,
@@ -213,9 +211,9 @@ class Engine:
             check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
         self.slots = ObservationSlots(self.buffers)
+        self.reader = ResultReader(self.buffers, self.observation_space, self.batch_dynamic)
         self.ring = UnitRing(self.pool.claims, self.buffers, self.num_workers) if unit_rows else None
         self.action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
-        self.batch_slot = 0  # where the last whole-batch command wrote its observations
         self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
@@ -270,9 +268,20 @@ class Engine:
 
     # -- actions ----------------------------------------------------------------------------------
 
-    def send_step(self, actions: Any, slot: int = 0) -> None:
-        """Write one row of ``actions`` per env and start a step on every worker."""
-        self.start_step(self.all_workers, slot, self.write_actions(actions))
+    def send_step(self, actions: Any, copy: bool) -> None:
+        """Write one row of ``actions`` per env and start a step on every worker; ``wait_all``
+        returns its results (``copy``: observations the caller owns; else views of slot 0)."""
+        dynamic = self.write_actions(actions)
+        self.start_step(self.all_workers, self._batch_slot(copy), dynamic)
+
+    def send_reset(self, requests: list[dict[str, Any] | None], copy: bool) -> None:
+        """Start a reset of every worker (see :meth:`send_resets`); ``wait_all`` returns its results."""
+        self.send_resets(requests, self.all_workers, self._batch_slot(copy))
+
+    def _batch_slot(self, copy: bool) -> int:
+        """Where a whole batch's observations go: a free slot that ``wait_all`` lends with them
+        (``copy``), else slot 0, which its views share with the next command."""
+        return self.slots.acquire() if copy else 0
 
     def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
         """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
@@ -293,14 +302,8 @@ class Engine:
 
     # -- hot commands -----------------------------------------------------------------------------
 
-    def batch_slot_for(self, copy: bool) -> int:
-        """The slot a whole-batch command writes: a free one to lend out with the results (``copy``), or 0."""
-        self.slots.release(self.batch_slot)  # acquired for a command whose results were never read
-        self.batch_slot = self.slots.acquire() if copy else 0
-        return self.batch_slot
-
     def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:
-        """Start ``command`` on ``workers``; observations go to ``slot`` (see :meth:`batch_slot_for`)."""
+        """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or ``ring.CLAIM``)."""
         b = self.buffers
         rows = slice(None) if workers is self.all_workers else workers  # a slice is the cheaper index
         self.previous_slot[rows] = b.obs_slot[rows]
@@ -321,11 +324,25 @@ class Engine:
             start, stop = self.slices[w]
             self.pool.conns[w].send(requests[start:stop])
 
+    def wait_all(self, during: Phase, timeout: float | None = None) -> Batch:
+        """Wait for the command every worker was sent (:meth:`send_step`, :meth:`send_reset`); its results."""
+        slot = int(self.buffers.obs_slot[0])
+        try:
+            collected = self.collect(self.all_workers, during, timeout=timeout)
+        except BaseException:
+            self.slots.release(slot)  # nobody will read it; the workers finish before their next command
+            raise
+        return Batch(self.reader, None, collected.extras, self.slots.lend(slot) if slot > 0 else None)
+
+    def batch(self, env_ids: np.ndarray, extras: Extras, fixed: list[np.ndarray] | None = None) -> Batch:
+        """The results of ``env_ids``, collected with ``extras`` (an async batch may bring its ``fixed`` leaves)."""
+        return Batch(self.reader, env_ids, extras, fixed)
+
     def collect(
         self, workers: np.ndarray, during: Phase, need: int | None = None, timeout: float | None = None
-    ) -> np.ndarray:
-        """Wait until ``need`` (default: all) of ``workers`` finished their command; return exactly
-        those (the first ``need`` found finished, in the order of ``workers``).
+    ) -> Collected:
+        """Wait until ``need`` (default: all) of ``workers`` finished their command; exactly those
+        (the first ``need`` found finished, in the order of ``workers``), with their envs' extras.
 
         ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
         """
@@ -339,7 +356,7 @@ class Engine:
 
         return self._collect(workers, expected, during, timeout, finished)
 
-    def collect_units(self, units: np.ndarray, workers: np.ndarray, timeout: float | None = None) -> np.ndarray:
+    def collect_units(self, units: np.ndarray, workers: np.ndarray, timeout: float | None = None) -> Collected:
         """Wait until the ring's ``units`` hold finished steps (see :mod:`vecshm.ring`); the workers
         that wrote them, in unit order. ``workers`` are those in flight, one of which will claim
         each unit; one that fails claims none, so its error ends the wait."""
@@ -362,28 +379,25 @@ class Engine:
         during: Phase,
         timeout: float | None,
         ready: Callable[[], np.ndarray | None],
-    ) -> np.ndarray:
+    ) -> Collected:
         """Wait until ``ready()`` names finished workers, then read their sockets (errors raise).
 
-        What the engine keeps per env beside the segment (piped values, restarts) is replaced for
-        the finished workers' envs only: an async batch may leave some of them to a later ``recv``.
-        A restarted worker's envs are marked once its reset is collected, which an async wait
-        may leave to a later one.
+        A restarted worker's envs end their lost episode once its reset is collected, which an
+        async wait may leave to a later one.
         """
         try:
             done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
-            if self.restarted_envs or self.restarting or self.restart_finals or self.piped:
-                arrived = self._renew_results_of(done)
-                if arrived and during is Phase.STEP:
-                    self.buffers.truncated[arrived] = True  # the lost episodes end as truncated
-            self._gather(done, during)
+            restarted = self._restarts_of(done, during) if self.restarting else {}
+            piped = self._gather(done, during)
         except VecShmError as error:
             self._fail(error)
             raise
         except KeyboardInterrupt:
             # The workers finish their command on their own; close() shuts them down afterwards.
             raise
-        return done
+        if self.restart_workers and self.spec.obs_dynamic:
+            self._keep_piped_obs(done, piped)
+        return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)
 
     def _wait(
         self,
@@ -461,140 +475,48 @@ class Engine:
         del self._sentinels[process.sentinel]
         last_slot = int(self.previous_slot[w])
         for i in range(start, stop):  # the last observation we have ends the lost episode
-            self.restart_finals[i] = self._observation_of(i, last_slot)
+            self.restarting[i] = self.reader.observation_of(i, last_slot, self.last_piped_obs)
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
         self._watch.add(sentinel)
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
-        self.restarting.update(range(start, stop))
 
-    def _renew_results_of(self, done: np.ndarray) -> list[int]:
-        """Drop what the envs of ``done`` left with the engine for their previous command, and
-        return those whose worker was restarted for this one (their reset is now collected)."""
-        renewed = set(self.env_ids_of(done).tolist())
-        arrived = sorted(self.restarting & renewed)
-        self.restarting -= renewed
-        self.restarted_envs = [i for i in self.restarted_envs if i not in renewed] + arrived
-        self.restart_finals = {i: v for i, v in self.restart_finals.items() if i not in renewed or i in arrived}
-        self.piped = {key: v for key, v in self.piped.items() if key[1] not in renewed}
+    def _restarts_of(self, done: np.ndarray, during: Phase) -> dict[int, Any]:
+        """The envs of ``done`` whose worker was restarted for this command (their reset is now
+        collected), with the last observation of their lost episode, which ends as truncated."""
+        arrived = {i: self.restarting.pop(i) for i in self.env_ids_of(done).tolist() if i in self.restarting}
+        if arrived and during is Phase.STEP:
+            self.buffers.truncated[list(arrived)] = True
         return arrived
 
-    def _gather(self, done: np.ndarray, during: Phase) -> None:
-        """Read what finished workers left on their sockets: piped infos, or an env's error."""
+    def _keep_piped_obs(self, done: np.ndarray, piped: dict[tuple[str, int], bytes]) -> None:
+        """Keep the observation leaves ``done`` piped, in case a restart must end their episodes with them."""
+        renewed = set(self.env_ids_of(done).tolist())
+        kept = {key: v for key, v in self.last_piped_obs.items() if key[1] not in renewed}
+        self.last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] == "obs"}
+
+    def _gather(self, done: np.ndarray, during: Phase) -> dict[tuple[str, int], bytes]:
+        """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
         statuses = self.buffers.status[done]
         if (statuses == _OK).all():
-            return
+            return {}
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        piped: dict[tuple[str, int], bytes] = {}
         records = []
         for w, status in zip(done.tolist(), statuses.tolist()):
             if status == Status.OK_PIPED_INFOS:
-                self.piped.update(self.pool.recv(w, deadline, during))
+                piped.update(self.pool.recv(w, deadline, during))
             elif status == Status.ERROR:
                 records += self.pool.recv(w, deadline, during)
         if records:
             raise remote_errors(records)
+        return piped
 
     # -- async batches: workers in flight, results taken as they come ---------------------------
 
     def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
         return np.concatenate([np.arange(*self.slices[w]) for w in workers.tolist()])
-
-    # -- results ----------------------------------------------------------------------------------
-
-    def observations(
-        self, env_ids: np.ndarray | None = None, copy: bool = True, fixed: list[np.ndarray] | None = None
-    ) -> Any:
-        """Observations of the last command for ``env_ids`` (None: every env, after a whole-batch command).
-
-        A whole batch comes back in the slot it was written to (no copy), else copied out of slot 0
-        (``copy``) or as views of slot 0 that the next command overwrites. An async batch from the
-        ring brings its ``fixed`` leaves along. Dynamic leaves are unpickled and batched by the
-        facade's ``batch_dynamic``.
-        """
-        if fixed is None:
-            fixed = self._fixed_observations(env_ids, copy)
-        if not self.spec.obs_dynamic:
-            return assemble(self.observation_space, fixed)
-        ids = range(self.num_envs) if env_ids is None else env_ids.tolist()
-        per_env = [self._blob("obs", i) for i in ids]
-        dynamic_leaves = [leaf for leaf in self.spec.obs_leaves if leaf.dynamic]
-        dynamic = [
-            self.batch_dynamic(leaf.space, [values[j] for values in per_env]) for j, leaf in enumerate(dynamic_leaves)
-        ]
-        return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
-
-    def _fixed_observations(self, env_ids: np.ndarray | None, copy: bool) -> list[np.ndarray]:
-        arrays = self.buffers.obs_slots[0]
-        if env_ids is not None:
-            return [a[env_ids] for a in arrays]
-        if self.batch_slot:
-            fixed, self.batch_slot = self.slots.lend(self.batch_slot), 0
-            return fixed
-        return [a.copy() for a in arrays] if copy else arrays
-
-    def final_observation(self, env_index: int) -> Any:
-        """The last observation of the episode env ``env_index`` just ended, as the env returned it
-        (or, for a restarted worker's env, the last observation the parent saw)."""
-        if env_index in self.restart_finals:
-            return self.restart_finals[env_index]
-        return self._blob("final_obs", env_index)
-
-    def _observation_of(self, env_index: int, slot: int) -> Any:
-        """A copy of one env's observation as written to ``slot`` by the last command."""
-        fixed = [a[env_index].copy() for a in self.buffers.obs_slots[slot]]
-        dynamic = self._blob("obs", env_index) if self.spec.obs_dynamic else []
-        return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
-
-    def _blob(self, kind: str, env_index: int) -> Any:
-        """What the last command pickled for env ``env_index``: ``obs``, its observation's dynamic
-        leaves; ``final_obs``, the whole final observation of the episode it ended."""
-        b = self.buffers
-        lengths, arena = (
-            (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
-        )
-        return self._unpickle(kind, env_index, int(lengths[env_index]), arena)
-
-    def _unpickle(self, kind: str, env_index: int, length: int, arena: np.ndarray) -> Any:
-        """One env's value from its arena slot, or from the socket when it did not fit (``INFO_PIPED``)."""
-        if length == INFO_PIPED:
-            return pickle.loads(self.piped[(kind, env_index)])
-        return pickle.loads(arena[env_index, :length].tobytes())
-
-    def infos(self, env_ids: Sequence[int], kind: str = "info") -> list[dict[str, Any]]:
-        """Info dicts of ``env_ids`` from the last command (``kind="final"``: of episodes that ended)."""
-        lengths, arena = self._info_arena(kind)
-        sizes = lengths.tolist()
-        row_bytes = arena.shape[1]
-        out: list[dict[str, Any]] = []
-        for i in env_ids:
-            size = sizes[i]
-            if size == INFO_EMPTY:
-                out.append({})
-            elif size <= INFO_COLUMNS_BASE:  # typed columns (vecshm.info_columns)
-                out.append(self.info_schemas.schema(size, arena, i).dict_at(arena, i * row_bytes))
-            else:
-                out.append(self._unpickle(kind, i, size, arena))
-        return out
-
-    def info_records(self, env_ids: Sequence[int], kind: str = "info") -> InfoRecords | None:
-        """The infos of ``env_ids`` as columns, when every one that is not empty was written as
-        columns of one schema (see :mod:`vecshm.info_columns`); else None."""
-        lengths, arena = self._info_arena(kind)
-        ids = np.asarray(env_ids, dtype=np.intp)
-        sizes = lengths[ids]
-        positions = np.flatnonzero(sizes != INFO_EMPTY)
-        if len(positions) == 0:
-            return InfoRecords(positions, None, None)
-        size = int(sizes[positions[0]])
-        if not is_columns(size) or not (sizes[positions] == size).all():
-            return None
-        schema = self.info_schemas.schema(size, arena, int(ids[positions[0]]))
-        return InfoRecords(positions, schema, self.info_schemas.records(arena, ids[positions], schema))
-
-    def _info_arena(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
-        b = self.buffers
-        return (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
 
     # -- rare calls -------------------------------------------------------------------------------
 

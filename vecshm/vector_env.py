@@ -19,6 +19,7 @@ from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.info_batching import batch_infos, batch_records
 from vecshm.protocol import AutoReset, CallOp, Phase
+from vecshm.results import Batch
 
 __all__ = ["ShmVectorEnv"]
 
@@ -154,36 +155,20 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
-        engine = self._engine
-        engine.send_resets(requests, engine.all_workers, engine.batch_slot_for(self.copy))
+        self._engine.send_reset(requests, self.copy)
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            self._engine.collect(self._engine.all_workers, Phase.RESET, timeout=timeout)
+            batch = self._engine.wait_all(Phase.RESET, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
         chosen = np.flatnonzero(self._reset_mask)
-        return self._engine.observations(None, self.copy), self._vector_infos(
-            self.num_envs, chosen, chosen, self._add_info
-        )
-
-    def _vector_infos(self, size: int, env_ids: np.ndarray, at: np.ndarray, add_info: Any) -> dict[str, Any]:
-        """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
-        built from their columns when they came as columns."""
-        records = self._engine.info_records(env_ids)
-        if records is not None:
-            vector_infos = batch_records(size, at[records.positions], records)
-            if vector_infos is not None:
-                return vector_infos
-        infos: list[dict[str, Any]] = [{} for _ in range(size)]
-        for k, info in zip(at.tolist(), self._engine.infos(env_ids.tolist())):
-            infos[k] = info
-        return batch_infos(size, infos, add_info)
+        return batch.observations(self.copy), _vector_infos(batch, self.num_envs, chosen, chosen, self._add_info)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -195,46 +180,39 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
         self._batches.forget_staged()
-        engine = self._engine
-        engine.send_step(actions, slot=engine.batch_slot_for(self.copy))
+        self._engine.send_step(actions, self.copy)
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
         try:
-            self._engine.collect(self._engine.all_workers, Phase.STEP, timeout=timeout)
+            batch = self._engine.wait_all(Phase.STEP, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
-        return self._results(None)
+        return self._results(batch)
 
-    def _results(
-        self, env_ids: np.ndarray | None, fixed: list[np.ndarray] | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Gymnasium-shaped results of the last command for ``env_ids`` (None: every env); an async
-        batch may bring its ``fixed`` observation leaves (see ``Engine.observations``)."""
-        b = self._engine.buffers
-        rows = slice(None) if env_ids is None else env_ids
-        ids = self._all if env_ids is None else env_ids.tolist()
-        batch = self if env_ids is None else _InfoBatch(len(ids))
+    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Gymnasium-shaped results of ``batch``."""
+        ids = batch.ids
+        adder = self if batch.env_ids is None else _InfoBatch(len(ids))
         finals: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            ended = [ids[k] for k in np.flatnonzero(b.terminated[rows] | b.truncated[rows])]
-            finals = dict(zip(ended, self._engine.infos(ended, "final")))
+            ended = [ids[k] for k in np.flatnonzero(batch.terminated | batch.truncated)]
+            finals = dict(zip(ended, batch.infos(ended, "final")))
         if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
             infos: dict[str, Any] = {}
-            for k, (i, step_info) in enumerate(zip(ids, self._engine.infos(ids))):
+            for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
                 if i in finals:
-                    final_obs = self._engine.final_observation(i)
-                    infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
-                infos = batch._add_info(infos, step_info, k)
+                    final_obs = batch.final_observation(i)
+                    infos = adder._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
+                infos = adder._add_info(infos, step_info, k)
         else:
-            id_array = self._all_ids if env_ids is None else env_ids
-            infos = self._vector_infos(len(ids), id_array, np.arange(len(ids)), batch._add_info)
-        rewards, terminated, truncated = b.rewards[rows].copy(), b.terminated[rows].copy(), b.truncated[rows].copy()
-        return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
+            id_array = self._all_ids if batch.env_ids is None else batch.env_ids
+            infos = _vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], adder._add_info)
+        return batch.observations(self.copy), batch.rewards, batch.terminated, batch.truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -261,11 +239,11 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
-            env_ids, fixed = self._batches.recv(timeout)
+            batch = self._batches.recv(timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
-        self._last_batch = env_ids
-        return (*self._results(env_ids, fixed), env_ids)
+        self._last_batch = batch.env_ids
+        return (*self._results(batch), batch.env_ids)
 
     # -- calls ------------------------------------------------------------------------------------
 
@@ -372,6 +350,20 @@ class ShmVectorEnv(gym.vector.VectorEnv):
     def _expect_pending(self, state: _State, call: str, opener: str) -> None:
         if self._state is not state:
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
+
+
+def _vector_infos(batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, add_info: Any) -> dict[str, Any]:
+    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
+    built from their columns when they came as columns."""
+    records = batch.info_records(env_ids)
+    if records is not None:
+        vector_infos = batch_records(size, at[records.positions], records)
+        if vector_infos is not None:
+            return vector_infos
+    infos: list[dict[str, Any]] = [{} for _ in range(size)]
+    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
+        infos[k] = info
+    return batch_infos(size, infos, add_info)
 
 
 def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:

@@ -13,6 +13,7 @@ from vecshm.batching import AsyncBatches
 from vecshm.engine import DEFAULT_INFO_BYTES, Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.protocol import AutoReset, CallOp, Phase
+from vecshm.results import Batch
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["ShmVecEnv"]
@@ -106,8 +107,7 @@ class ShmVecEnv(VecEnv):
         if self._batches.active:
             raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
         self._batches.forget_staged()
-        engine = self._engine
-        engine.send_step(actions, slot=engine.batch_slot_for(self.copy))
+        self._engine.send_step(actions, self.copy)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -115,44 +115,37 @@ class ShmVecEnv(VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         try:
-            self._engine.collect(self._engine.all_workers, Phase.STEP)
+            batch = self._engine.wait_all(Phase.STEP)
         finally:
             self.waiting = False
-        obs, rewards, terminated, truncated, infos = self._results(None)
+        obs, rewards, terminated, truncated, infos = self._results(batch)
         return obs, rewards, terminated | truncated, infos
 
-    def _results(
-        self, env_ids: np.ndarray | None, fixed: list[np.ndarray] | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
-        """SB3-shaped results of the last command for ``env_ids`` (None: every env); an async batch
-        may bring its ``fixed`` observation leaves (see ``Engine.observations``).
+    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
+        """SB3-shaped results of ``batch``.
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
         env's next reset, as in SB3's DummyVecEnv.
         """
-        b = self._engine.buffers
-        rows = slice(None) if env_ids is None else env_ids
-        ids = self._all_envs if env_ids is None else env_ids.tolist()
-        terminated, truncated = b.terminated[rows].copy(), b.truncated[rows].copy()
+        ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
         dones = terminated | truncated
-        infos = self._engine.infos(ids)
+        infos = batch.infos()
         for info, done in zip(infos, dones.tolist()):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
         ended = np.flatnonzero(dones).tolist() if dones.any() else []
-        for k, step_info in zip(ended, self._engine.infos([ids[k] for k in ended], "final")):
+        for k, step_info in zip(ended, batch.infos([ids[k] for k in ended], "final")):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
-            step_info["terminal_observation"] = self._engine.final_observation(i)
+            step_info["terminal_observation"] = batch.final_observation(i)
             self.reset_infos[i] = infos[k]
             infos[k] = step_info
-        if self._engine.restarted_envs:
-            restarted = set(self._engine.restarted_envs)
+        if batch.restarted:
             for k, i in enumerate(ids):
-                if i in restarted:
+                if i in batch.restarted:
                     infos[k]["worker_restarted"] = True
-        rewards = b.rewards[rows].astype(np.float32)
-        return self._engine.observations(env_ids, self.copy, fixed), rewards, terminated, truncated, infos
+        rewards = batch.rewards.astype(np.float32)
+        return batch.observations(self.copy), rewards, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -179,24 +172,23 @@ class ShmVecEnv(VecEnv):
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
         self._engine.check_usable()
-        env_ids, fixed = self._batches.recv()
-        obs, rewards, terminated, truncated, infos = self._results(env_ids, fixed)
-        self._last_batch = env_ids
-        return obs, rewards, terminated, truncated, infos, env_ids
+        batch = self._batches.recv()
+        obs, rewards, terminated, truncated, infos = self._results(batch)
+        self._last_batch = batch.env_ids
+        return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:
         self._engine.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
             self.waiting = False
-            self._engine.collect(self._engine.all_workers, Phase.STEP)
+            self._engine.wait_all(Phase.STEP)
         self._batches.drain()
-        engine = self._engine
-        engine.send_resets(self._reset_requests(), engine.all_workers, engine.batch_slot_for(self.copy))
-        engine.collect(engine.all_workers, Phase.RESET)
-        self.reset_infos = self._engine.infos(self._all_envs)
+        self._engine.send_reset(self._reset_requests(), self.copy)
+        batch = self._engine.wait_all(Phase.RESET)
+        self.reset_infos = batch.infos()
         self._reset_seeds()
         self._reset_options()
-        return self._engine.observations(None, self.copy)
+        return batch.observations(self.copy)
 
     def _reset_requests(self) -> list[dict[str, Any]]:
         """Each env's ``reset`` keywords, as SubprocVecEnv passes them (``options`` only when non-empty)."""

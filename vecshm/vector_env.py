@@ -14,9 +14,9 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from vecshm.batching import AsyncBatches
-from vecshm.engine import DEFAULT_INFO_BYTES, Engine, tuple_of_values
+from vecshm.engine import DEFAULT_INFO_BYTES, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
+from vecshm.facade import EngineFacade
 from vecshm.info_batching import batch_infos, batch_records
 from vecshm.protocol import AutoReset, CallOp, Phase
 from vecshm.results import Batch
@@ -46,7 +46,7 @@ class _State(Enum):
     WAITING_CALL = "call"
 
 
-class ShmVectorEnv(gym.vector.VectorEnv):
+class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     """Gymnasium's vector API on shared memory; accepts ``AsyncVectorEnv``'s constructor keywords.
 
     >>> import gymnasium as gym
@@ -90,8 +90,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         if reset_ahead and self.autoreset_mode is not AutoresetMode.NEXT_STEP:
             raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
-        self._engine = Engine(
+        self._start_engine(
             list(env_fns),
+            batch_size,
             autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else _AUTORESET[self.autoreset_mode],
             start_method=context,
             envs_per_worker=envs_per_worker,
@@ -111,9 +112,7 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self.num_envs = self._engine.num_envs
         self._all = list(range(self.num_envs))
         self._all_ids = np.arange(self.num_envs)
-        self._last_batch: np.ndarray | None = None
         try:
-            self._batches = AsyncBatches(self._engine, batch_size)
             self._init_spaces(observation_mode)
             metadata = self._engine.call(CallOp.GET_ATTR, [0], "metadata")[0]
             render_mode = self._engine.call(CallOp.GET_ATTR, [0], "render_mode")[0]
@@ -222,15 +221,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         self._expect_state(_State.DEFAULT, "async_reset")
         self._batches.reset([{"seed": s, "options": options} for s in _seed_list(seed, self.num_envs)])
 
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
+    def _check_send(self) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "send")
-        if env_ids is None:
-            if self._last_batch is None:
-                raise ValueError("send() needs env_ids before the first recv()")
-            env_ids = self._last_batch
-        self._batches.send(actions, env_ids)
 
     def recv(self, timeout: float | None = None):
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
@@ -239,10 +232,9 @@ class ShmVectorEnv(gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
-            batch = self._batches.recv(timeout)
+            batch = self._recv_batch(timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
-        self._last_batch = batch.env_ids
         return (*self._results(batch), batch.env_ids)
 
     # -- calls ------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.batching import AsyncBatches
-from vecshm.engine import DEFAULT_INFO_BYTES, Engine
+from vecshm.engine import DEFAULT_INFO_BYTES
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.facade import EngineFacade
 from vecshm.protocol import AutoReset, CallOp, Phase
 from vecshm.results import Batch
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
@@ -19,7 +19,7 @@ from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepRetu
 __all__ = ["ShmVecEnv"]
 
 
-class ShmVecEnv(VecEnv):
+class ShmVecEnv(EngineFacade, VecEnv):
     """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.
 
     :param env_fns: factories, one per env (cloudpickled, so lambdas work with every start method)
@@ -68,8 +68,9 @@ class ShmVecEnv(VecEnv):
         self.waiting = False
         self.closed = True  # until the engine is up: close() must not touch a half-built object
         fns = list(env_fns)
-        self._engine = Engine(
+        self._start_engine(
             fns,
+            batch_size,
             autoreset=AutoReset.SAME_STEP,
             start_method=start_method,
             envs_per_worker=envs_per_worker,
@@ -86,12 +87,6 @@ class ShmVecEnv(VecEnv):
         self.closed = False
         self.copy = copy
         self._all_envs = list(range(len(fns)))
-        self._last_batch: np.ndarray | None = None
-        try:
-            self._batches = AsyncBatches(self._engine, batch_size)
-        except BaseException:
-            self.close()
-            raise
         try:
             super().__init__(len(fns), self._engine.observation_space, self._engine.action_space)
         except BaseException:
@@ -156,14 +151,8 @@ class ShmVecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
 
-    def send(self, actions: np.ndarray, env_ids: np.ndarray | None = None) -> None:
-        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
+    def _check_send(self) -> None:
         self._engine.check_usable()
-        if env_ids is None:
-            if self._last_batch is None:
-                raise ValueError("send() needs env_ids before the first recv()")
-            env_ids = self._last_batch
-        self._batches.send(actions, env_ids)
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.
@@ -172,9 +161,8 @@ class ShmVecEnv(VecEnv):
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
         self._engine.check_usable()
-        batch = self._batches.recv()
+        batch = self._recv_batch()
         obs, rewards, terminated, truncated, infos = self._results(batch)
-        self._last_batch = batch.env_ids
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:

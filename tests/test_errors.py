@@ -21,6 +21,7 @@ from vecshm import (
     WorkerDiedError,
     WorkerError,
 )
+from vecshm.buffers import INFO_PIPED
 
 ZEROS = np.zeros(4, dtype=np.int64)
 
@@ -231,6 +232,24 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_
     for _ in range(5):
         obs, rewards, dones, infos = venv.step(ZEROS)  # the vec env goes on as before
     assert obs.shape == (4, *venv.observation_space.shape)
+    venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_restart_policy_ends_episodes_on_piped_observation_leaves(no_leaks):
+    """A dynamic observation leaf too large for its arena slot comes over the worker's socket; a
+    restart must still end the lost episodes on the last observation the caller saw."""
+    fns = [make_space_env("dyn_text", big_info_every=0, max_steps=1000) for _ in range(4)]
+    venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart", info_bytes=8)
+    venv.reset()
+    last = venv.step(ZEROS)[0]
+    assert (venv._engine.buffers.obs_blob_len == INFO_PIPED).all(), "every observation must have been piped"
+    os.kill(venv._engine.pool.processes[1].pid, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        obs, rewards, dones, infos = venv.step(ZEROS)
+    for i in (2, 3):
+        assert dones[i] and infos[i]["worker_restarted"]
+        assert infos[i]["terminal_observation"] == last[i]
     venv.close()
 
 

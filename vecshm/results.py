@@ -176,8 +176,9 @@ class Batch:
 
     ``rewards``, ``terminated`` and ``truncated`` are copies, in the segment's dtypes; ``restarted``
     names the envs whose episode a worker restart ended (they read as truncated). Observations
-    and infos are read when asked for, and at most once: a lent batch of observations belongs to
-    its first reader.
+    and infos are read from the segment when asked for, so before the batch's envs run again;
+    lent observation leaves (a whole batch's slot, an async batch's ring units) are the batch's
+    own, and go back when the last array made from them is dropped.
     """
 
     __slots__ = ("env_ids", "ids", "rewards", "terminated", "truncated", "restarted", "_reader", "_extras", "_fixed")
@@ -200,8 +201,7 @@ class Batch:
     def observations(self, copy: bool = True) -> Any:
         """The batch's observations: the lent leaves it came with, else read from slot 0 (``copy``:
         copied out; else views the next command overwrites)."""
-        fixed, self._fixed = self._fixed, None
-        return self._reader.observations(self.env_ids, copy, fixed, self._extras.piped)
+        return self._reader.observations(self.env_ids, copy, self._fixed, self._extras.piped)
 
     def infos(self, env_ids: Sequence[int] | None = None, kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` (default: the batch's envs); ``kind="final"``: of the

@@ -135,12 +135,12 @@ class Engine:
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
         if on_worker_failure == "restart" and autoreset is not AutoReset.SAME_STEP:
             raise ValueError("on_worker_failure='restart' needs same-step autoreset (the SB3 facade, ShmVecEnv)")
-        self.restart_workers = on_worker_failure == "restart"
-        self.restarts: dict[int, int] = {}
+        self._restart_workers = on_worker_failure == "restart"
+        self._restarts: dict[int, int] = {}
         # env of a restarted worker whose reset was not collected yet -> the last observation of its
         # lost episode; and the last piped observation leaves, which that observation may need
-        self.restarting: dict[int, Any] = {}
-        self.last_piped_obs: dict[tuple[str, int], bytes] = {}
+        self._restarting: dict[int, Any] = {}
+        self._last_piped_obs: dict[tuple[str, int], bytes] = {}
         if getattr(mp.current_process(), "_inheriting", False):
             raise RuntimeError(
                 "a vec env is being created while this process starts up as a worker: the main script creates "
@@ -158,18 +158,18 @@ class Engine:
         self.start_method = context.get_start_method()
         self.timeout = timeout
         self.slices = split_envs(self.num_envs, envs_per_worker, len(usable_cores()), max_workers)
-        self.batch_dynamic = batch_dynamic
+        self._batch_dynamic = batch_dynamic
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
         self.all_workers = np.arange(self.num_workers)
-        self.spin_seconds = self._spin_budget(spin)
-        worker_spin = self.spin_seconds if spin is not None else min(self.spin_seconds, WORKER_SPIN_SECONDS)
-        self._spinner = Spinner(self.spin_seconds)
+        self._spin_seconds = self._spin_budget(spin)
+        worker_spin = self._spin_seconds if spin is not None else min(self._spin_seconds, WORKER_SPIN_SECONDS)
+        self._spinner = Spinner(self._spin_seconds)
         self._cores = len(usable_cores())
         self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
         settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
-        self.state = EngineState.READY
-        self.failure = ""
+        self._state = EngineState.READY
+        self._failure = ""
         self.pool = WorkerPool(
             fns,
             self.slices,
@@ -209,12 +209,12 @@ class Engine:
         )
         if check_spaces is not check_same_layout:
             check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
-        self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self.restart_workers)
-        self.slots = ObservationSlots(self.buffers)
-        self.reader = ResultReader(self.buffers, self.observation_space, self.batch_dynamic)
+        self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=self._restart_workers)
+        self._slots = ObservationSlots(self.buffers)
+        self._reader = ResultReader(self.buffers, self.observation_space, self._batch_dynamic)
         self.ring = UnitRing(self.pool.claims, self.buffers, self.num_workers) if unit_rows else None
-        self.action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
-        self.previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
+        self._action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
+        self._previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
         self._next_death_check = 0.0
@@ -228,7 +228,7 @@ class Engine:
         """
         sizes = {stop - start for start, stop in self.slices}
         env_bytes = sum(leaf.nbytes for leaf in obs_leaves if not leaf.dynamic)
-        if len(sizes) != 1 or self.restart_workers or not hasattr(os, "set_blocking"):
+        if len(sizes) != 1 or self._restart_workers or not hasattr(os, "set_blocking"):
             return 0
         rows = sizes.pop()
         return rows if env_bytes and rows * env_bytes >= RING_MIN_UNIT_BYTES else 0
@@ -244,20 +244,20 @@ class Engine:
     # -- state ------------------------------------------------------------------------------------
 
     def check_usable(self) -> None:
-        if self.state is EngineState.CLOSED:
+        if self._state is EngineState.CLOSED:
             raise ClosedError("this vec env is closed; create a new one")
-        if self.state is EngineState.FAILED:
-            raise FailedError(f"this vec env failed earlier and can only be closed: {self.failure}")
+        if self._state is EngineState.FAILED:
+            raise FailedError(f"this vec env failed earlier and can only be closed: {self._failure}")
 
     def _fail(self, error: BaseException) -> None:
-        self.state = EngineState.FAILED
-        self.failure = str(error).split("\n", 1)[0]
+        self._state = EngineState.FAILED
+        self._failure = str(error).split("\n", 1)[0]
         self.pool.shutdown()
 
     def close(self) -> None:
-        self.state = EngineState.CLOSED
-        if hasattr(self, "slots"):
-            self.slots.close()
+        self._state = EngineState.CLOSED
+        if hasattr(self, "_slots"):
+            self._slots.close()
         if getattr(self, "ring", None) is not None:
             self.ring.close()
         self._finalizer()
@@ -281,13 +281,13 @@ class Engine:
     def _batch_slot(self, copy: bool) -> int:
         """Where a whole batch's observations go: a free slot that ``wait_all`` lends with them
         (``copy``), else slot 0, which its views share with the next command."""
-        return self.slots.acquire() if copy else 0
+        return self._slots.acquire() if copy else 0
 
     def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
         """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
         fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
         command, or None. Nothing is written when the check fails."""
-        dynamic = self.action_writer.write(actions, env_ids)
+        dynamic = self._action_writer.write(actions, env_ids)
         if dynamic is None:
             return None
         return dict(zip(range(self.num_envs) if env_ids is None else env_ids.tolist(), dynamic))
@@ -306,7 +306,7 @@ class Engine:
         """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or ``ring.CLAIM``)."""
         b = self.buffers
         rows = slice(None) if workers is self.all_workers else workers  # a slice is the cheaper index
-        self.previous_slot[rows] = b.obs_slot[rows]
+        self._previous_slot[rows] = b.obs_slot[rows]
         b.obs_slot[rows] = slot
         b.cmd[rows] = int(command)
         b.cmd_seq[rows] += 1
@@ -330,13 +330,13 @@ class Engine:
         try:
             collected = self.collect(self.all_workers, during, timeout=timeout)
         except BaseException:
-            self.slots.release(slot)  # nobody will read it; the workers finish before their next command
+            self._slots.release(slot)  # nobody will read it; the workers finish before their next command
             raise
-        return Batch(self.reader, None, collected.extras, self.slots.lend(slot) if slot > 0 else None)
+        return Batch(self._reader, None, collected.extras, self._slots.lend(slot) if slot > 0 else None)
 
     def batch(self, env_ids: np.ndarray, extras: Extras, fixed: list[np.ndarray] | None = None) -> Batch:
         """The results of ``env_ids``, collected with ``extras`` (an async batch may bring its ``fixed`` leaves)."""
-        return Batch(self.reader, env_ids, extras, fixed)
+        return Batch(self._reader, env_ids, extras, fixed)
 
     def collect(
         self, workers: np.ndarray, during: Phase, need: int | None = None, timeout: float | None = None
@@ -387,7 +387,7 @@ class Engine:
         """
         try:
             done = self._wait(workers, expected, during, self.timeout if timeout is None else timeout, ready)
-            restarted = self._restarts_of(done, during) if self.restarting else {}
+            restarted = self._restarts_of(done, during) if self._restarting else {}
             piped = self._gather(done, during)
         except VecShmError as error:
             self._fail(error)
@@ -395,7 +395,7 @@ class Engine:
         except KeyboardInterrupt:
             # The workers finish their command on their own; close() shuts them down afterwards.
             raise
-        if self.restart_workers and self.spec.obs_dynamic:
+        if self._restart_workers and self.spec.obs_dynamic:
             self._keep_piped_obs(done, piped)
         return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)
 
@@ -435,7 +435,7 @@ class Engine:
                 return result
             for fd in ended:
                 w = self._sentinels[fd]
-                if not (self.restart_workers and during.runs_envs):
+                if not (self._restart_workers and during.runs_envs):
                     self.pool.raise_died(w, during)
                 self._restart(w, during, deadline)
                 expected[workers == w] = b.cmd_seq[w]
@@ -451,7 +451,7 @@ class Engine:
         is handled when a wait blocks, where the restarted envs' episodes can be ended in order.)
         """
         now = time.monotonic()
-        if self.restart_workers or now < self._next_death_check:
+        if self._restart_workers or now < self._next_death_check:
             return
         self._next_death_check = now + DEATH_CHECK_SECONDS
         for fd in self._watch.wait(0):
@@ -459,23 +459,23 @@ class Engine:
 
     def _restart(self, w: int, during: Phase, deadline: float | None) -> None:
         """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""
-        self.restarts[w] = self.restarts.get(w, 0) + 1
-        if self.restarts[w] > MAX_RESTARTS_PER_WORKER:
+        self._restarts[w] = self._restarts.get(w, 0) + 1
+        if self._restarts[w] > MAX_RESTARTS_PER_WORKER:
             self.pool.raise_died(w, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
         start, stop = self.slices[w]
         process = self.pool.processes[w]
         process.join(1.0)
         warnings.warn(
             f"worker {w} (envs {start}-{stop - 1}) {describe_exit(process.exitcode)} during {during}; "
-            f"restarting it from its env factories (restart {self.restarts[w]}); its envs' episodes end as truncated",
+            f"restarting it from its env factories (restart {self._restarts[w]}); its envs' episodes end as truncated",
             RuntimeWarning,
             stacklevel=4,
         )
         self._watch.remove(process.sentinel)
         del self._sentinels[process.sentinel]
-        last_slot = int(self.previous_slot[w])
+        last_slot = int(self._previous_slot[w])
         for i in range(start, stop):  # the last observation we have ends the lost episode
-            self.restarting[i] = self.reader.observation_of(i, last_slot, self.last_piped_obs)
+            self._restarting[i] = self._reader.observation_of(i, last_slot, self._last_piped_obs)
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel
         self._sentinels[sentinel] = w
@@ -485,7 +485,7 @@ class Engine:
     def _restarts_of(self, done: np.ndarray, during: Phase) -> dict[int, Any]:
         """The envs of ``done`` whose worker was restarted for this command (their reset is now
         collected), with the last observation of their lost episode, which ends as truncated."""
-        arrived = {i: self.restarting.pop(i) for i in self.env_ids_of(done).tolist() if i in self.restarting}
+        arrived = {i: self._restarting.pop(i) for i in self.env_ids_of(done).tolist() if i in self._restarting}
         if arrived and during is Phase.STEP:
             self.buffers.truncated[list(arrived)] = True
         return arrived
@@ -493,8 +493,8 @@ class Engine:
     def _keep_piped_obs(self, done: np.ndarray, piped: dict[tuple[str, int], bytes]) -> None:
         """Keep the observation leaves ``done`` piped, in case a restart must end their episodes with them."""
         renewed = set(self.env_ids_of(done).tolist())
-        kept = {key: v for key, v in self.last_piped_obs.items() if key[1] not in renewed}
-        self.last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] == "obs"}
+        kept = {key: v for key, v in self._last_piped_obs.items() if key[1] not in renewed}
+        self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] == "obs"}
 
     def _gather(self, done: np.ndarray, during: Phase) -> dict[tuple[str, int], bytes]:
         """Read what finished workers left on their sockets: piped values (returned), or an env's error."""

@@ -161,6 +161,8 @@ class Engine:
         self._batch_dynamic = batch_dynamic
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
+        uniform = len({b - a for a, b in self.slices}) == 1  # every worker hosts as many envs
+        self._env_table = np.arange(self.num_envs).reshape(self.num_workers, -1) if uniform else None
         self.all_workers = np.arange(self.num_workers)
         self._spin_seconds = self._spin_budget(spin)
         worker_spin = self._spin_seconds if spin is not None else min(self._spin_seconds, WORKER_SPIN_SECONDS)
@@ -516,6 +518,9 @@ class Engine:
     # -- async batches: workers in flight, results taken as they come ---------------------------
 
     def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
+        """The envs ``workers`` host, worker by worker (a new array; one index when workers host as many)."""
+        if self._env_table is not None:
+            return self._env_table[workers].reshape(-1)
         return np.concatenate([np.arange(*self.slices[w]) for w in workers.tolist()])
 
     # -- rare calls -------------------------------------------------------------------------------

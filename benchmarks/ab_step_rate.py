@@ -9,9 +9,11 @@ install would otherwise win (a script's own folder, not the current directory, c
         PYTHONPATH=$tree python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3; done; done
 
 and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
-and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``); 8 envs
-(or the third argument), 2 s. The id ``ale-infos`` is a zero-compute env defined here (so any checkout runs
-it) whose infos are ALE's: ``lives``, ``episode_frame_number`` and ``frame_number`` on every step.
+and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``), and
+``sb3-async-all``/``gym-async-all`` in async batches of every env (what a synchronous step would
+cost through the async path); 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
+zero-compute env defined here (so any checkout runs it) whose infos are ALE's: ``lives``,
+``episode_frame_number`` and ``frame_number`` on every step.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class AleInfoEnv(gym.Env):
 def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
     make = AleInfoEnv if env_id == "ale-infos" else (lambda: gym.make(env_id))
     fns = [make for _ in range(n_envs)]
-    batch = n_envs // 2 if facade.endswith("-async") else None
+    mode = facade.partition("-")[2]  # "", "async" or "async-all"
+    batch = {"async": n_envs // 2, "async-all": n_envs}.get(mode)
     venv = ShmVecEnv(fns, batch_size=batch) if facade.startswith("sb3") else ShmVectorEnv(fns, batch_size=batch)
     try:
         space = venv.action_space if facade.startswith("sb3") else venv.single_action_space

@@ -380,6 +380,64 @@ def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
     assert "Overriding environment" not in result.stderr, "an id must not be registered twice in a worker"
 
 
+@pytest.mark.timeout(300)
+def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(tmp_path):
+    """Env and Space subclasses from ``__main__`` reach a forkserver or spawn worker by value, and
+    their spaces must come back to the parent as the same classes. (Both peers fail here: the
+    worker's ``__main__`` is the script imported again, whose classes are other objects, so
+    SubprocVecEnv cannot pickle the spaces back and AsyncVectorEnv finds them not equal.)"""
+    result = run_script(
+        tmp_path,
+        """
+        import gymnasium as gym
+        from gymnasium.vector import SyncVectorEnv
+
+        class Card(gym.Space):
+            def sample(self, mask=None, probability=None):
+                return str(self.np_random.integers(1, 14))
+
+            def contains(self, x):
+                return isinstance(x, str)
+
+            def __eq__(self, other):
+                return isinstance(other, Card)
+
+        class CardEnv(gym.Env):
+            def __init__(self):
+                self.observation_space, self.action_space = Card(), Card()
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                return "reset", {}
+
+            def step(self, action):
+                return f"step({action})", 0.0, False, False, {}
+
+        def run(envs):
+            try:
+                return [envs.reset(seed=0)[0], envs.step(("2", "3"))[0], type(envs.single_observation_space)]
+            finally:
+                envs.close()
+
+        def main():
+            from vecshm import ShmVecEnv, ShmVectorEnv
+
+            theirs = run(SyncVectorEnv([CardEnv] * 2))
+            for method in ("forkserver", "spawn"):
+                ours = run(ShmVectorEnv([CardEnv] * 2, context=method))
+                assert ours == theirs and ours[2] is Card, (ours, theirs)
+                with ShmVecEnv([CardEnv] * 2, start_method=method) as venv:
+                    assert type(venv.observation_space) is Card
+                    assert venv.reset().tolist() == ["reset", "reset"]
+            print("main-script spaces ok")
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    assert result.returncode == 0 and "main-script spaces ok" in result.stdout, result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 @pytest.mark.timeout(120)
 def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path, start_method):

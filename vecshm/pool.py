@@ -113,7 +113,7 @@ class WorkerPool:
         for reply in replies:
             if reply[0] == "error":
                 raise remote_error(reply[1])
-        return [env_spaces for reply in replies for env_spaces in reply[1]]
+        return [env_spaces for reply in replies for env_spaces in cloudpickle.loads(reply[1])]
 
     def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
         """Create the segment, hand its descriptor to every worker, and close it once all have mapped it.

@@ -69,7 +69,9 @@ def worker_main(spec: WorkerSpec) -> None:
     envs = _build_envs(spec)
     if envs is None:
         return
-    conn.send(("ready", [(env.observation_space, env.action_space) for env in envs]))
+    # Cloudpickled: a Space subclass defined in the user's main script reaches the worker by value,
+    # and plain pickle would refuse to send it back by a name that the worker's main does not match.
+    conn.send(("ready", cloudpickle.dumps([(env.observation_space, env.action_space) for env in envs])))
     message = _recv_or_orphaned(conn, parent)
     if message is None or message[0] != "attach":
         _close_envs(envs)

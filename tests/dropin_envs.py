@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -50,6 +51,14 @@ class SleepEnv(EchoEnv):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         time.sleep(action)
         return super().step(action)
+
+
+class LockEnv(EchoEnv):
+    """Holds an attribute nothing can pickle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
 
 
 def echo(**kwargs: Any):

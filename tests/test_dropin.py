@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import DYNAMIC_SPACES, assert_tree_equal, process_alive
-from dropin_envs import EchoEnv, FailingEnv, SleepEnv, StrictResetEnv, echo
+from dropin_envs import EchoEnv, FailingEnv, LockEnv, SleepEnv, StrictResetEnv, echo
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
@@ -106,6 +106,23 @@ def test_call_refuses_the_names_async_vector_env_refuses(name):
             ours.call(name)
         assert str(got.value) == str(expected.value)
         assert ours.call("render_mode") == (None, None)  # a refused name does not break vecshm
+
+
+def test_a_call_result_nothing_can_pickle_is_an_error_naming_the_env():
+    """AsyncVectorEnv's worker catches the pickling error and the caller gets it (the last failing
+    env's); vecshm raises the same type, naming the env, and the vec env goes on (where a
+    SubprocVecEnv worker dies)."""
+    with closing(AsyncVectorEnv([LockEnv] * 2)) as reference, pytest.raises(Exception) as expected:
+        reference.get_attr("lock")
+    with ShmVectorEnv([LockEnv] * 2) as ours:
+        with pytest.raises(type(expected.value), match=r"env 1 raised .*during env_method\('lock'\)"):
+            ours.get_attr("lock")
+        assert ours.get_attr("render_mode") == (None, None)
+    with ShmVecEnv([LockEnv] * 2) as venv:
+        with pytest.raises(type(expected.value)) as got:
+            venv.get_attr("lock", indices=[1])
+        assert got.value.env_index == 1
+        assert venv.get_attr("render_mode") == [None, None]
 
 
 def test_a_scalar_action_is_a_type_error_in_both_facades():
@@ -402,16 +419,26 @@ def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(
             def __eq__(self, other):
                 return isinstance(other, Card)
 
+        class Note:
+            def __init__(self, text):
+                self.text = text
+
+        class Misdeal(Exception):
+            pass
+
         class CardEnv(gym.Env):
             def __init__(self):
                 self.observation_space, self.action_space = Card(), Card()
+                self.note = Note("attr")
 
             def reset(self, *, seed=None, options=None):
                 super().reset(seed=seed)
                 return "reset", {}
 
             def step(self, action):
-                return f"step({action})", 0.0, False, False, {}
+                if action == "joker":
+                    raise Misdeal("no jokers")
+                return f"step({action})", 0.0, False, False, {"note": Note(action)}
 
         def run(envs):
             try:
@@ -429,6 +456,16 @@ def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(
                 with ShmVecEnv([CardEnv] * 2, start_method=method) as venv:
                     assert type(venv.observation_space) is Card
                     assert venv.reset().tolist() == ["reset", "reset"]
+                    notes = venv.get_attr("note")  # results of rare calls, and infos, by value too
+                    assert all(type(note) is Note and note.text == "attr" for note in notes)
+                    infos = venv.step(["2", "3"])[3]
+                    assert [(type(info["note"]), info["note"].text) for info in infos] == [(Note, "2"), (Note, "3")]
+                    try:
+                        venv.step(["2", "joker"])
+                    except Misdeal as error:  # the env's own exception type, though it lives in __main__
+                        assert error.env_index == 1
+                    else:
+                        raise AssertionError("Misdeal not raised")
             print("main-script spaces ok")
 
         if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import platform
 import time
 import warnings
@@ -551,7 +552,7 @@ class Engine:
                 if kind == "error":
                     records += payload
                 else:
-                    results.update(zip(by_worker[w], payload))
+                    results.update(zip(by_worker[w], map(pickle.loads, payload)))  # pickled one by one (runner.dumps)
         except VecShmError as failure:
             self._fail(failure)
             raise

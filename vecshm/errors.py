@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import traceback
 from typing import Any
 
+import cloudpickle
 from gymnasium import error as gym_error
 
 __all__ = [
@@ -111,14 +113,26 @@ class RemoteError:
         self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
     def __getstate__(self) -> dict[str, Any]:
+        # The class travels by reference, or cloudpickled (by value) where it cannot: a class from
+        # the main script is another object in a forkserver or spawn worker. Failing both, the
+        # record travels without it.
         state = self.__dict__.copy()
-        try:  # the class travels by reference; keep the record even if it cannot
-            import pickle
-
+        try:
             pickle.dumps(self.exc_type)
         except Exception:
-            state["exc_type"] = None
+            try:
+                state["exc_type"] = cloudpickle.dumps(self.exc_type)
+            except Exception:
+                state["exc_type"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["exc_type"], bytes):
+            try:
+                state["exc_type"] = pickle.loads(state["exc_type"])
+            except Exception:
+                state["exc_type"] = None
+        self.__dict__.update(state)
 
 
 _HYBRIDS: dict[type, type] = {}

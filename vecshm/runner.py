@@ -338,10 +338,7 @@ class EnvRunner:
 
     def _write_blob(self, lengths: np.ndarray, arena: np.ndarray, index: int, value: Any, kind: str) -> None:
         """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
-        try:
-            blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:
-            blob = cloudpickle.dumps(value)
+        blob = dumps(value)
         if len(blob) <= arena.shape[1]:
             arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
             lengths[index] = len(blob)
@@ -355,12 +352,22 @@ class EnvRunner:
         op, indices, args = self.conn.recv()
         results, failures = [], []
         for index in indices:
-            try:
-                results.append(_CALLS[op](self.envs[index - self.start], *args))
+            try:  # each result pickled here, so that one nothing can pickle is that env's error
+                results.append(dumps(_CALLS[op](self.envs[index - self.start], *args)))
             except Exception as exc:
                 what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
                 failures.append(RemoteError(exc, index, what))
         self.conn.send(("error", failures) if failures else ("ok", results))
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` pickled; cloudpickled where pickle refuses it (a class defined in the main script
+    reaches a forkserver or spawn worker by value, and cannot go back by name). The parent loads
+    either with ``pickle.loads``."""
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(value)
 
 
 def _has_attr(env: gym.Env, name: str) -> bool:

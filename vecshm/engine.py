@@ -552,7 +552,7 @@ class Engine:
                 if kind == "error":
                     records += payload
                 else:
-                    results.update(zip(by_worker[w], map(pickle.loads, payload)))  # pickled one by one (runner.dumps)
+                    results.update(zip(by_worker[w], map(pickle.loads, payload)))  # pickled one by one (pickling.dumps)
         except VecShmError as failure:
             self._fail(failure)
             raise

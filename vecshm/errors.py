@@ -7,8 +7,9 @@ import pickle
 import traceback
 from typing import Any
 
-import cloudpickle
 from gymnasium import error as gym_error
+
+from vecshm.pickling import dumps
 
 __all__ = [
     "VecShmError",
@@ -113,25 +114,20 @@ class RemoteError:
         self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
     def __getstate__(self) -> dict[str, Any]:
-        # The class travels by reference, or cloudpickled (by value) where it cannot: a class from
-        # the main script is another object in a forkserver or spawn worker. Failing both, the
-        # record travels without it.
+        # The class travels as vecshm.pickling sends any value (so a class from the main script
+        # works too); failing that, the record travels without it.
         state = self.__dict__.copy()
         try:
-            pickle.dumps(self.exc_type)
+            state["exc_type"] = dumps(self.exc_type)
         except Exception:
-            try:
-                state["exc_type"] = cloudpickle.dumps(self.exc_type)
-            except Exception:
-                state["exc_type"] = None
+            state["exc_type"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if isinstance(state["exc_type"], bytes):
-            try:
-                state["exc_type"] = pickle.loads(state["exc_type"])
-            except Exception:
-                state["exc_type"] = None
+        try:
+            state["exc_type"] = pickle.loads(state["exc_type"]) if state["exc_type"] is not None else None
+        except Exception:
+            state["exc_type"] = None
         self.__dict__.update(state)
 
 

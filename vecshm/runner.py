@@ -8,11 +8,9 @@ Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 
@@ -21,6 +19,7 @@ from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
+from vecshm.pickling import dumps
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.ring import CLAIM
 
@@ -358,16 +357,6 @@ class EnvRunner:
                 what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
                 failures.append(RemoteError(exc, index, what))
         self.conn.send(("error", failures) if failures else ("ok", results))
-
-
-def dumps(value: Any) -> bytes:
-    """``value`` pickled; cloudpickled where pickle refuses it (a class defined in the main script
-    reaches a forkserver or spawn worker by value, and cannot go back by name). The parent loads
-    either with ``pickle.loads``."""
-    try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return cloudpickle.dumps(value)
 
 
 def _has_attr(env: gym.Env, name: str) -> bool:

@@ -28,6 +28,7 @@ from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import RemoteError
 from vecshm.memory import NamedSegment, Segment
+from vecshm.pickling import dumps
 from vecshm.protocol import AutoReset, Command, Phase
 from vecshm.registry import adopt_registry
 from vecshm.ring import UnitPipe
@@ -69,9 +70,8 @@ def worker_main(spec: WorkerSpec) -> None:
     envs = _build_envs(spec)
     if envs is None:
         return
-    # Cloudpickled: a Space subclass defined in the user's main script reaches the worker by value,
-    # and plain pickle would refuse to send it back by a name that the worker's main does not match.
-    conn.send(("ready", cloudpickle.dumps([(env.observation_space, env.action_space) for env in envs])))
+    # vecshm.pickling: a Space subclass defined in the user's main script must come back too
+    conn.send(("ready", dumps([(env.observation_space, env.action_space) for env in envs])))
     message = _recv_or_orphaned(conn, parent)
     if message is None or message[0] != "attach":
         _close_envs(envs)

@@ -229,11 +229,10 @@ class Engine:
         unit its predecessor claimed, so the restart policy copies; so do observations too small
         for lending to pay.
         """
-        sizes = {stop - start for start, stop in self.slices}
         env_bytes = sum(leaf.nbytes for leaf in obs_leaves if not leaf.dynamic)
-        if len(sizes) != 1 or self._restart_workers or not hasattr(os, "set_blocking"):
+        if self._env_table is None or self._restart_workers or not hasattr(os, "set_blocking"):
             return 0
-        rows = sizes.pop()
+        rows = self._env_table.shape[1]
         return rows if env_bytes and rows * env_bytes >= RING_MIN_UNIT_BYTES else 0
 
     def _spin_budget(self, spin: float | None) -> float:

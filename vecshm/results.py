@@ -53,15 +53,13 @@ class Extras:
         if not self:
             return self, self
         mine = set(env_ids)
-        return (
-            Extras(
-                {key: v for key, v in self.piped.items() if key[1] in mine},
-                {i: v for i, v in self.restarted.items() if i in mine},
-            ),
-            Extras(
-                {key: v for key, v in self.piped.items() if key[1] not in mine},
-                {i: v for i, v in self.restarted.items() if i not in mine},
-            ),
+        return self._of(lambda i: i in mine), self._of(lambda i: i not in mine)
+
+    def _of(self, keep: Callable[[int], bool]) -> Extras:
+        """The extras of the envs ``keep`` accepts."""
+        return Extras(
+            {key: v for key, v in self.piped.items() if keep(key[1])},
+            {i: v for i, v in self.restarted.items() if keep(i)},
         )
 
 

@@ -64,7 +64,7 @@ class AsyncBatches:
     @property
     def active(self) -> bool:
         """Whether envs are in flight or finished but not yet returned (a synchronous call must wait)."""
-        return bool(self.in_flight.any()) or len(self.finished) > 0
+        return np.count_nonzero(self.in_flight) > 0 or len(self.finished) > 0
 
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
@@ -79,7 +79,7 @@ class AsyncBatches:
         that now has actions for all its envs."""
         env_ids, workers, whole = self._checked(env_ids)
         held = self.with_caller[env_ids]
-        if not held.all():
+        if np.count_nonzero(held) < len(held):
             raise AlreadyPendingCallError(
                 f"envs {env_ids[~held].tolist()} were sent already and not yet returned by recv(); "
                 "recv() them before sending again",
@@ -103,7 +103,7 @@ class AsyncBatches:
     def recv(self, timeout: float | None = None) -> Batch:
         """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out); their results
         (from the ring, with their fixed observation leaves lent)."""
-        pending = np.flatnonzero(self.in_flight)
+        pending = self.in_flight.nonzero()[0]
         out = len(self.finished) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
@@ -116,7 +116,7 @@ class AsyncBatches:
             return self.engine.batch(env_ids, extras, self.ring.take(need))
         need = min(self.batch_size, out)
         while len(self.finished) < need:
-            pending = np.flatnonzero(self.in_flight)
+            pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(self.finished)) // int(self.sizes[pending].max()))  # workers that may do
             done, extras = self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout)
@@ -131,7 +131,7 @@ class AsyncBatches:
 
     def drain(self) -> None:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
-        pending = np.flatnonzero(self.in_flight)
+        pending = self.in_flight.nonzero()[0]
         if len(pending):
             self.engine.collect(pending, Phase.STEP)
             self.in_flight[:] = False
@@ -151,7 +151,7 @@ class AsyncBatches:
         Only while nothing is in flight or finished (not ``active``): every env the caller does
         not hold is then one whose action waits.
         """
-        if self.staged.any():
+        if np.count_nonzero(self.staged):
             self.with_caller[:] = True
             self.staged[:] = 0
             self.staged_dynamic.clear()

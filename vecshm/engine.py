@@ -307,12 +307,19 @@ class Engine:
     def submit(self, command: Command, workers: np.ndarray, slot: int = 0) -> None:
         """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or ``ring.CLAIM``)."""
         b = self.buffers
-        rows = slice(None) if workers is self.all_workers else workers  # a slice is the cheaper index
-        self._previous_slot[rows] = b.obs_slot[rows]
-        b.obs_slot[rows] = slot
-        b.cmd[rows] = int(command)
-        b.cmd_seq[rows] += 1
-        for w in workers.tolist():
+        ids = workers.tolist()
+        if workers is self.all_workers:  # whole-array writes
+            self._previous_slot[:] = b.obs_slot
+            b.obs_slot[:] = slot
+            b.cmd[:] = int(command)
+            b.cmd_seq += 1
+        else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
+            for w in ids:
+                self._previous_slot[w] = b.obs_slot[w]
+                b.obs_slot[w] = slot
+                b.cmd[w] = int(command)
+                b.cmd_seq[w] += 1
+        for w in ids:
             self.pool.doorbells[w].ring()
 
     def send_resets(self, requests: list[dict[str, Any] | None], workers: np.ndarray, slot: int = 0) -> None:
@@ -370,7 +377,7 @@ class Engine:
             if owners is not None:
                 return owners
             failed = (b.done_seq[workers] == expected) & (b.status[workers] == _ERROR)
-            return workers[failed] if failed.any() else None
+            return workers[failed] if np.count_nonzero(failed) else None
 
         return self._collect(workers, expected, Phase.STEP, timeout, written)
 
@@ -500,13 +507,13 @@ class Engine:
 
     def _gather(self, done: np.ndarray, during: Phase) -> dict[tuple[str, int], bytes]:
         """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
-        statuses = self.buffers.status[done]
-        if (statuses == _OK).all():
+        statuses = self.buffers.status[done].tolist()
+        if statuses.count(_OK) == len(statuses):
             return {}
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         piped: dict[tuple[str, int], bytes] = {}
         records = []
-        for w, status in zip(done.tolist(), statuses.tolist()):
+        for w, status in zip(done.tolist(), statuses):
             if status == Status.OK_PIPED_INFOS:
                 piped.update(self.pool.recv(w, deadline, during))
             elif status == Status.ERROR:

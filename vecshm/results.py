@@ -155,11 +155,11 @@ class ResultReader:
         columns of one schema (see :mod:`vecshm.info_columns`); else None."""
         lengths, arena = self._info_arena(kind)
         sizes = lengths[env_ids]
-        positions = np.flatnonzero(sizes != INFO_EMPTY)
+        positions = (sizes != INFO_EMPTY).nonzero()[0]
         if len(positions) == 0:
             return InfoRecords(positions, None, None)
         size = int(sizes[positions[0]])
-        if not is_columns(size) or not (sizes[positions] == size).all():
+        if not is_columns(size) or np.count_nonzero(sizes[positions] == size) < len(positions):
             return None
         schema = self.info_schemas.schema(size, arena, int(env_ids[positions[0]]))
         return InfoRecords(positions, schema, self.info_schemas.records(arena, env_ids[positions], schema))

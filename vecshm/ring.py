@@ -133,7 +133,7 @@ class UnitRing:
         A worker names itself in its unit after its status and every result but ``done_seq``.
         """
         owners = self.buffers.unit_worker[units]
-        return owners if owners.min() >= 0 else None
+        return None if -1 in owners.tolist() else owners
 
     def take(self, n: int) -> list[np.ndarray]:
         """The observations (one array per leaf) of the next ``n`` units, which leave the queue.

@@ -199,7 +199,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         adder = self if batch.env_ids is None else _InfoBatch(len(ids))
         finals: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            ended = [ids[k] for k in np.flatnonzero(batch.terminated | batch.truncated)]
+            ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
         if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
             infos: dict[str, Any] = {}

@@ -128,7 +128,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
         for info, done in zip(infos, dones.tolist()):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
-        ended = np.flatnonzero(dones).tolist() if dones.any() else []
+        ended = dones.nonzero()[0].tolist()
         for k, step_info in zip(ended, batch.infos([ids[k] for k in ended], "final")):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])

@@ -80,6 +80,7 @@ class ActionWriter:
         self.codes = [{dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in spec.action_fixed]
         self.scalar_rows_ok = [scalar_rows_allowed(leaf) for leaf in spec.action_fixed]
         self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
+        self.code_columns = [buffers.action_codes[:, i] for i in range(len(spec.action_fixed))]  # 1-d: cheaper to index
 
     def write(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
         """Write one row per env in ``env_ids`` (default: every env); the dynamic leaves' values, or None."""
@@ -89,11 +90,14 @@ class ActionWriter:
                 f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "
                 f"per env ({count} here), e.g. an array of shape ({count}, ...), not a single action"
             )
-        actions = batch_actions(self.space, actions, count)
-        try:
-            values = flatten(self.space, actions)
-        except ValueError as exc:
-            raise ValueError(f"actions do not match the action space {self.space}: {exc}") from None
+        if self.structured:
+            actions = batch_actions(self.space, actions, count)
+            try:
+                values = flatten(self.space, actions)
+            except ValueError as exc:
+                raise ValueError(f"actions do not match the action space {self.space}: {exc}") from None
+        else:  # one leaf: what flatten would return, without its dispatch (a microsecond a step)
+            values = [actions]
         if not self.spec.action_dynamic:
             self._write_fixed(values, count, env_ids)
             return None
@@ -123,7 +127,7 @@ class ActionWriter:
                 array, code = array.reshape(count), code + len(codes)
             b.actions[i][code][rows] = array
             if env_ids is not None or self.written[i] != code:
-                b.action_codes[rows, i] = code
+                self.code_columns[i][rows] = code
                 self.written[i] = code if env_ids is None else None
 
 

@@ -89,6 +89,9 @@ class ResultReader:
         self.observation_space = observation_space
         self.batch_dynamic = batch_dynamic
         self.info_schemas = SchemaCache()
+        # an observation that is one array: assembling it is taking that array (without assemble's dispatch)
+        obs_leaves = self.spec.obs_leaves
+        self.one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
 
     def observations(
         self, env_ids: np.ndarray | None, copy: bool, fixed: list[np.ndarray] | None, piped: Mapping
@@ -102,6 +105,8 @@ class ResultReader:
                 fixed = [a[env_ids] for a in arrays]
             else:
                 fixed = [a.copy() for a in arrays] if copy else arrays
+        if self.one_array:
+            return fixed[0]
         if not self.spec.obs_dynamic:
             return assemble(self.observation_space, fixed)
         ids = range(self.num_envs) if env_ids is None else env_ids.tolist()

@@ -129,7 +129,8 @@ class ShmVecEnv(EngineFacade, VecEnv):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
         ended = dones.nonzero()[0].tolist()
-        for k, step_info in zip(ended, batch.infos([ids[k] for k in ended], "final")):
+        final_infos = batch.infos([ids[k] for k in ended], "final") if ended else []
+        for k, step_info in zip(ended, final_infos):
             i = ids[k]
             step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
             step_info["terminal_observation"] = batch.final_observation(i)

@@ -80,7 +80,6 @@ class ActionWriter:
         self.codes = [{dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in spec.action_fixed]
         self.scalar_rows_ok = [scalar_rows_allowed(leaf) for leaf in spec.action_fixed]
         self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
-        self.code_columns = [buffers.action_codes[:, i] for i in range(len(spec.action_fixed))]  # 1-d: cheaper to index
 
     def write(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
         """Write one row per env in ``env_ids`` (default: every env); the dynamic leaves' values, or None."""
@@ -127,7 +126,7 @@ class ActionWriter:
                 array, code = array.reshape(count), code + len(codes)
             b.actions[i][code][rows] = array
             if env_ids is not None or self.written[i] != code:
-                self.code_columns[i][rows] = code
+                b.action_code_columns[i][rows] = code
                 self.written[i] = code if env_ids is None else None
 
 

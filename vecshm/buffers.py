@@ -143,6 +143,8 @@ class Buffers:
         self.obs_blob_arena = views["obs_blob_arena"]
         self.final_obs_blob_arena = views["final_obs_blob_arena"]
         self.action_codes = views["act_dtype"]
+        # per fixed action leaf, its column of codes (1-d: cheaper to index than a 2-d array)
+        self.action_code_columns = [self.action_codes[:, i] for i in range(len(spec.action_fixed))]
         self.actions = [_typed_views(views[f"act:{i}"], leaf) for i, leaf in enumerate(spec.action_fixed)]
         leaf_count = len(spec.obs_fixed)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from vecshm.buffers import Buffers
-from vecshm.slots import lend_bytes
+from vecshm.slots import lend_arrays
 
 __all__ = ["UnitPipe", "UnitRing", "CLAIM", "ring_units", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
 
@@ -149,10 +149,9 @@ class UnitRing:
             arrays = [a[index] for a in self.arrays]
             self._free(units)
             return arrays
-        regions = [(base + first * r * row, n * r * row) for base, row, _, _ in self._leaves]
+        regions = [(base + first * r * row, dtype, (n * r, *shape)) for base, row, dtype, shape in self._leaves]
         self._lent.update(units)
-        raws = lend_bytes(regions, self._mapping, lambda: self._free(units, lent=True))
-        return [raw.view(dtype).reshape((n * r, *shape)) for raw, (_, _, dtype, shape) in zip(raws, self._leaves)]
+        return lend_arrays(regions, self._mapping, lambda: self._free(units, lent=True))
 
     def discard(self, n: int) -> None:
         """Free the next ``n`` units unread (their commands were drained)."""

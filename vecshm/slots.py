@@ -16,7 +16,7 @@ import numpy as np
 
 from vecshm.buffers import Buffers
 
-__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS", "LEND_MIN_BYTES", "lend_bytes"]
+__all__ = ["ObservationSlots", "DEFAULT_LENDABLE_SLOTS", "LEND_MIN_BYTES", "lend_arrays"]
 
 # SB3 keeps two batches alive at once (``_last_obs`` and the new one); the rest is headroom. Slots
 # nobody has used cost no memory: the segment's pages are allocated on first write.
@@ -42,17 +42,26 @@ class _Lease:
 
     __slots__ = ("__array_interface__", "_grant", "_mapping")
 
-    def __init__(self, address: int, nbytes: int, grant: _Grant, mapping: object) -> None:
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3}
+    def __init__(self, address: int, dtype: np.dtype, shape: tuple[int, ...], grant: _Grant, mapping: object) -> None:
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (address, False),
+            "version": 3,
+        }
         self._grant = grant
         self._mapping = mapping  # an array exported from the mmap: the mapping cannot be closed under us
 
 
-def lend_bytes(regions: list[tuple[int, int]], mapping: object, release: Callable[[], None]) -> list[np.ndarray]:
-    """Byte arrays over ``regions`` (address, size) of ``mapping``; ``release()`` runs once every
-    array, and everything viewing one, has been garbage collected."""
+Region = tuple[int, np.dtype, tuple[int, ...]]  # address, dtype, shape of a C-contiguous array
+
+
+def lend_arrays(regions: list[Region], mapping: object, release: Callable[[], None]) -> list[np.ndarray]:
+    """Arrays over ``regions`` of ``mapping``, made as they will be returned (no view or reshape
+    after: a microsecond a batch); ``release()`` runs once every array, and everything viewing
+    one, has been garbage collected."""
     grant = _Grant(release)
-    return [np.asarray(_Lease(address, nbytes, grant, mapping)) for address, nbytes in regions]
+    return [np.asarray(_Lease(address, dtype, shape, grant, mapping)) for address, dtype, shape in regions]
 
 
 class ObservationSlots:
@@ -80,8 +89,9 @@ class ObservationSlots:
 
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
-        (raw,) = lend_bytes([(self._addresses[slot], self._span)], self._mapping, lambda: self._free.append(slot))
-        return [raw[start : start + size].view(dtype).reshape(shape) for start, size, dtype, shape in self._leaves]
+        base = self._addresses[slot]
+        regions = [(base + start, dtype, shape) for start, _, dtype, shape in self._leaves]
+        return lend_arrays(regions, self._mapping, lambda: self._free.append(slot))
 
     def release(self, slot: int) -> None:
         """Give back a slot that was acquired but never lent (the command failed)."""

@@ -12,6 +12,7 @@ keys or types that differ between envs, ``final_obs``) goes through ``_add_info`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +37,12 @@ def _plain_keys(keys: Sequence[Any]) -> bool:
     return "final_obs" not in keys and all(type(key) is str and not key.startswith("_") for key in keys)
 
 
+@functools.lru_cache(maxsize=1024)
+def _plain_schema_keys(keys: tuple[str, ...]) -> bool:
+    """``_plain_keys`` of a schema's keys, worked out once per schema (they come on every step)."""
+    return _plain_keys(keys)
+
+
 def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
     """The keys and value types every info shares, when all are flat scalar dicts alike; else None."""
     first = infos[0]
@@ -52,13 +59,18 @@ def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, 
 def _batch_columns(
     num_envs: int, positions: Any, keys: Sequence[str], types: Sequence[type], columns: Sequence[Any]
 ) -> dict[str, Any]:
-    """Each key's array (of its type, zero where an env has no info) and mask, as ``_add_info`` builds them."""
+    """Each key's array (of its type, zero where an env has no info) and mask, as ``_add_info`` builds them;
+    ``positions`` ascending."""
     vector_infos: dict[str, Any] = {}
+    every_env = len(positions) == num_envs  # positions are then 0..num_envs-1, in order
     for key, kind, column in zip(keys, types, columns):
-        array = np.zeros(num_envs, dtype=kind)
-        array[positions] = column
-        mask = np.zeros(num_envs, dtype=np.bool_)
-        mask[positions] = True
+        if every_env:  # the usual case (ALE's infos come on every step): no scatter
+            array, mask = np.array(column, dtype=kind), np.ones(num_envs, dtype=np.bool_)
+        else:
+            array = np.zeros(num_envs, dtype=kind)
+            array[positions] = column
+            mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[positions] = True
         vector_infos[key], vector_infos[f"_{key}"] = array, mask
     return vector_infos
 
@@ -85,6 +97,6 @@ def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict
     schema = infos.schema
     if schema is None:
         return {}
-    if not _plain_keys(schema.keys):
+    if not _plain_schema_keys(schema.keys):
         return None
     return _batch_columns(num_envs, env_positions, schema.keys, schema.types, schema.columns(infos.records))

@@ -26,7 +26,7 @@ import pickle
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -107,11 +107,11 @@ class InfoSchema:
         return [records[name] for name in self.dtype.names]
 
 
-@dataclass(frozen=True, eq=False)
-class InfoRecords:
+class InfoRecords(NamedTuple):
     """The infos of a batch of envs as columns: the ``positions`` in the batch of the envs that have
     an info, and their values, one ``records`` entry each, all written with ``schema`` (None, with
-    no records, when no env has an info)."""
+    no records, when no env has an info). A tuple: made on every step, for a third of a frozen
+    dataclass's cost."""
 
     positions: np.ndarray
     schema: InfoSchema | None

@@ -1,0 +1,78 @@
+"""The parent's own CPU per step cycle: what a vec env costs the process that drives it.
+
+On 2 cores, three processes (the parent, two workers) share the machine, and a cycle's wall time
+mixes the parent's work with waiting and preemption. Here the parent is pinned to core 0 and every
+worker to core 1, so nothing preempts the parent, and the time spent outside ``Engine._wait`` is
+its own work per cycle: actions checked and written, the command words, the doorbells, and the
+results shaped for the caller. A synchronous cycle steps every env; an async one (``send`` after
+``recv``) a batch of half of them. Median and min of 7 repeats of 5,000 cycles::
+
+    python benchmarks/parent_cost.py sb3 async
+    python benchmarks/parent_cost.py gym sync
+
+Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
+``ab_step_rate.py``) for a before/after of the parent's hot path.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
+from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.engine import Engine
+
+N_ENVS = 8
+REPEATS, CYCLES = 7, 5000
+
+
+def main(facade: str, mode: str, env_id: str = "vecshm/Frames-v0") -> tuple[float, float]:
+    """Median and min of the parent's microseconds per cycle outside the wait."""
+    batch = N_ENVS // 2 if mode == "async" else None
+    cls = ShmVecEnv if facade == "sb3" else ShmVectorEnv
+    fns = [lambda: gym.make(env_id) for _ in range(N_ENVS)]
+    venv: Any = cls(fns, batch_size=batch, cpu_affinity=[[1]], pin_parent=[0])
+    waited = [0]
+    wait = Engine._wait
+
+    def timed_wait(self: Engine, *args: Any) -> Any:
+        started = time.perf_counter_ns()
+        try:
+            return wait(self, *args)
+        finally:
+            waited[0] += time.perf_counter_ns() - started
+
+    Engine._wait = timed_wait  # type: ignore[method-assign]
+    try:
+        actions = np.zeros(batch or N_ENVS, dtype=np.int64)
+        if batch:
+            venv.async_reset()
+            step = lambda: venv.send(actions, venv.recv()[-1])  # noqa: E731
+        else:
+            venv.reset()
+            step = lambda: venv.step(actions)  # noqa: E731
+        for _ in range(2000):  # warm-up: caches, spinners, allocator
+            step()
+        costs = []
+        for _ in range(REPEATS):
+            waited[0] = 0
+            started = time.perf_counter_ns()
+            for _ in range(CYCLES):
+                step()
+            costs.append((time.perf_counter_ns() - started - waited[0]) / CYCLES / 1000)
+        return statistics.median(costs), min(costs)
+    finally:
+        Engine._wait = wait  # type: ignore[method-assign]
+        venv.close()
+
+
+if __name__ == "__main__":
+    facade, mode = sys.argv[1], sys.argv[2]
+    median, least = main(facade, mode, *sys.argv[3:4])
+    print(f"{facade} {mode}: parent {median:.1f} us per cycle outside the wait (min {least:.1f})")

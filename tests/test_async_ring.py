@@ -174,6 +174,20 @@ def test_env_errors_mid_batch_name_the_env(fault, message, ring_always, no_leaks
                 envs.send(np.zeros(2, dtype=np.int64), env_ids)
 
 
+def test_an_env_error_comes_at_the_next_recv_though_other_workers_keep_finishing(ring_always, no_leaks):
+    """A failed worker claims no unit; a healthy one that finished too must not hide its error."""
+    fns = [faulty("raise", fail_at=1) if i == 2 else healthy for i in range(4)]
+    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2) as envs:
+        envs.async_reset(seed=0)
+        for env_ids in [envs.recv()[-1], envs.recv()[-1]]:  # both workers' envs, then both sent again
+            envs.send(np.zeros(2, dtype=np.int64), env_ids)
+        buffers, deadline = envs._engine.buffers, time.monotonic() + 60
+        while not (buffers.done_seq == buffers.cmd_seq).all():  # both published: the error, and a unit
+            assert time.monotonic() < deadline, "the workers did not finish their step"
+        with pytest.raises(WorkerError, match="env 2 raised .*boom"):
+            envs.recv()
+
+
 def test_close_with_batches_in_flight_and_held(ring_always, no_leaks):
     envs = ShmVectorEnv(space_fns("frame_u8"), batch_size=3, envs_per_worker=3)
     envs.async_reset(seed=0)

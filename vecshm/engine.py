@@ -373,11 +373,13 @@ class Engine:
         expected = b.cmd_seq[workers]
 
         def written() -> np.ndarray | None:
-            owners = ring.owners(units)
-            if owners is not None:
-                return owners
-            failed = (b.done_seq[workers] == expected) & (b.status[workers] == _ERROR)
-            return workers[failed] if np.count_nonzero(failed) else None
+            # A failed worker claims no unit, so others could fill every batch while its error
+            # waits unseen: the error comes first, once its worker has published it.
+            if _ERROR in b.status[workers].tolist():
+                failed = (b.done_seq[workers] == expected) & (b.status[workers] == _ERROR)
+                if np.count_nonzero(failed):
+                    return workers[failed]
+            return ring.owners(units)
 
         return self._collect(workers, expected, Phase.STEP, timeout, written)
 

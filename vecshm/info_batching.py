@@ -31,16 +31,12 @@ def _is_scalar(value: Any) -> bool:
     return kind in (int, float, bool) or issubclass(kind, np.number)
 
 
-def _plain_keys(keys: Sequence[Any]) -> bool:
-    """Whether keys batch one array each: strings, no ``final_obs`` (an object array) and no ``_key``,
-    whose mask could collide with a key of that name (those are left to ``_add_info``)."""
-    return "final_obs" not in keys and all(type(key) is str and not key.startswith("_") for key in keys)
-
-
 @functools.lru_cache(maxsize=1024)
-def _plain_schema_keys(keys: tuple[str, ...]) -> bool:
-    """``_plain_keys`` of a schema's keys, worked out once per schema (they come on every step)."""
-    return _plain_keys(keys)
+def _plain_keys(keys: tuple[Any, ...]) -> bool:
+    """Whether keys batch one array each: strings, no ``final_obs`` (an object array) and no ``_key``,
+    whose mask could collide with a key of that name (those are left to ``_add_info``). Worked out
+    once per key tuple: the same keys come on every step."""
+    return "final_obs" not in keys and all(type(key) is str and not key.startswith("_") for key in keys)
 
 
 def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
@@ -97,6 +93,6 @@ def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict
     schema = infos.schema
     if schema is None:
         return {}
-    if not _plain_schema_keys(schema.keys):
+    if not _plain_keys(schema.keys):
         return None
     return _batch_columns(num_envs, env_positions, schema.keys, schema.types, schema.columns(infos.records))

@@ -74,13 +74,13 @@ class ObservationSlots:
         base = self._mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
         if not first:  # every observation leaf is dynamic (pickled): nothing to lend
-            self._leaves, self._span, self._addresses, self._free = [], 0, [], []
+            self._leaves, self._addresses, self._free = [], [], []
             return
         start = first[0].offset
-        self._leaves = [(f.offset - start, f.nbytes, f.dtype, f.shape) for f in first]  # the same in every slot
-        self._span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
+        self._leaves = [(f.offset - start, f.dtype, f.shape) for f in first]  # the same in every slot
+        span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
         self._addresses = [base + spec.slot_fields(plan, slot)[0].offset for slot in range(spec.obs_slots)]
-        lendable = range(spec.obs_slots - 1, 0, -1) if self._span >= LEND_MIN_BYTES else ()
+        lendable = range(spec.obs_slots - 1, 0, -1) if span >= LEND_MIN_BYTES else ()
         self._free = list(lendable)  # pop() takes the lowest: fewest pages touched
 
     def acquire(self) -> int:
@@ -90,7 +90,7 @@ class ObservationSlots:
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
         base = self._addresses[slot]
-        regions = [(base + start, dtype, shape) for start, _, dtype, shape in self._leaves]
+        regions = [(base + start, dtype, shape) for start, dtype, shape in self._leaves]
         return lend_arrays(regions, self._mapping, lambda: self._free.append(slot))
 
     def release(self, slot: int) -> None:

@@ -493,6 +493,83 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path, start_met
     assert "WorkerDiedError" in result.stderr and "script.py" in result.stderr
 
 
+UNGUARDED_SCRIPT = """
+import hashlib
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm import ShmVectorEnv
+
+VecEnv = ShmVectorEnv if sys.argv[-1] == "vecshm" else gym.vector.AsyncVectorEnv
+envs = VecEnv([lambda: gym.make("CartPole-v1")] * 3)
+rows = [envs.reset(seed=0)[0]]
+for t in range(60):
+    rows += envs.step(np.full(3, t % 2))[:4]
+print("trajectory", hashlib.sha256(b"".join(np.asarray(row).tobytes() for row in rows)).hexdigest())
+if isinstance(envs, ShmVectorEnv):
+    print("start method", envs._engine.start_method)
+envs.close()
+"""
+
+
+@pytest.mark.parametrize("fed", ["file", "stdin"])
+@pytest.mark.timeout(120)
+def test_scripts_that_run_under_async_vector_env_run_under_shm_vector_env(tmp_path, fed):
+    """AsyncVectorEnv(context=None) forks (multiprocessing's default on Linux), so a script without a
+    main guard, or one fed through stdin, runs under it; it must run under ShmVectorEnv too, with the
+    same trajectory."""
+    path = tmp_path / "script.py"
+    path.write_text(UNGUARDED_SCRIPT)
+
+    def run(which: str) -> str:
+        command = [sys.executable, str(path), which] if fed == "file" else [sys.executable, "-", which]
+        result = subprocess.run(
+            command,
+            input=None if fed == "file" else UNGUARDED_SCRIPT,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=100,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout
+
+    ours, reference = run("vecshm"), run("gymnasium")
+    assert ours.splitlines()[0] == reference.splitlines()[0]
+    assert "start method fork" in ours
+
+
+@pytest.mark.timeout(120)
+def test_a_guarded_script_keeps_forkserver_unless_the_program_chose_a_method(tmp_path):
+    result = run_script(
+        tmp_path,
+        """
+        import multiprocessing as mp
+
+        import gymnasium as gym
+
+        from vecshm import ShmVectorEnv
+
+        def method():
+            envs = ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+            envs.close()
+            return envs._engine.start_method
+
+        if __name__ == "__main__":
+            print("default", method())
+            gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")]).close()  # fixes mp's default, fork
+            print("after AsyncVectorEnv", method())
+            mp.set_start_method("spawn", force=True)
+            print("chosen", method())
+        """,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["default forkserver", "after AsyncVectorEnv forkserver", "chosen spawn"]
+
+
 @pytest.mark.timeout(120)
 def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
     result = run_script(

@@ -39,10 +39,11 @@ from vecshm.registry import snapshot_registry
 from vecshm.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
 from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
+from vecshm.start_methods import default_start_method
 from vecshm.sync import DoneWatch, Spinner
 from vecshm.transport import choose_transport
 
-__all__ = ["Engine", "EngineState", "default_start_method"]
+__all__ = ["Engine", "EngineState"]
 
 DEFAULT_INFO_BYTES = 2048
 MAX_RESTARTS_PER_WORKER = 20
@@ -65,11 +66,6 @@ class EngineState(Enum):
     READY = "ready"
     FAILED = "failed"
     CLOSED = "closed"
-
-
-def default_start_method() -> str:
-    """SB3's default: forkserver where available (fork is unsafe with threads in the parent)."""
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 
 
 def _context(start_method: str | None) -> mp.context.BaseContext:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, NoReturn
@@ -20,6 +21,7 @@ from vecshm.facade import EngineFacade
 from vecshm.info_batching import batch_infos, batch_records
 from vecshm.protocol import AutoReset, CallOp, Phase
 from vecshm.results import Batch
+from vecshm.start_methods import gymnasium_start_method
 
 __all__ = ["ShmVectorEnv"]
 
@@ -94,7 +96,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             list(env_fns),
             batch_size,
             autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else _AUTORESET[self.autoreset_mode],
-            start_method=context,
+            start_method=context if context is not None else gymnasium_start_method(sys._getframe()),
             envs_per_worker=envs_per_worker,
             info_bytes=info_bytes,
             timeout=step_timeout,

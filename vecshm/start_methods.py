@@ -1,0 +1,106 @@
+"""Which multiprocessing start method a vec env uses when its caller names none.
+
+SB3's ``SubprocVecEnv`` uses ``forkserver`` where it exists (``spawn`` elsewhere): fork is unsafe in
+a parent that runs threads, and a learner's parent does. ``ShmVecEnv`` does the same.
+
+Gymnasium's ``AsyncVectorEnv(context=None)`` uses multiprocessing's default instead: ``fork`` on
+Linux up to Python 3.13. Scripts rely on that without knowing it. A script whose top-level code
+creates the vec env outside ``if __name__ == "__main__":``, or one fed through standard input
+(``python - < train.py``), runs under fork. Under forkserver or spawn every worker would first
+re-import that script, and fails. ``ShmVectorEnv`` keeps forkserver's safety wherever a worker can
+re-import the main script, and forks exactly where it cannot and multiprocessing's default is
+fork. So every script that runs under ``AsyncVectorEnv`` runs under ``ShmVectorEnv``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import multiprocessing as mp
+import os
+import sys
+from types import FrameType
+
+__all__ = ["default_start_method", "gymnasium_start_method", "workers_can_import_main"]
+
+
+def default_start_method() -> str:
+    """SB3's default: forkserver where available (fork is unsafe with threads in the parent)."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def gymnasium_start_method(caller: FrameType | None) -> str:
+    """The start method for ``ShmVectorEnv(context=None)``, created from the frame ``caller``.
+
+    - A method the program chose with ``multiprocessing.set_start_method``, as ``AsyncVectorEnv``
+      follows it. Only a choice other than the platform's default can be told apart from none:
+      ``multiprocessing.get_context()`` (which ``AsyncVectorEnv`` itself calls) fixes the default
+      as if it had been chosen.
+    - ``fork`` where that is multiprocessing's default and a fresh worker could not import the
+      main script (see :func:`workers_can_import_main`).
+    - Otherwise SB3's default, :func:`default_start_method`.
+    """
+    platform_default = _platform_default()
+    chosen = mp.get_start_method(allow_none=True)
+    if chosen is not None and chosen != platform_default:
+        return chosen
+    if platform_default == "fork" and not workers_can_import_main(caller):
+        return "fork"
+    return default_start_method()
+
+
+def workers_can_import_main(caller: FrameType | None) -> bool:
+    """Whether a forkserver or spawn worker can import the main script without running the code
+    that is creating the vec env (from the frame ``caller``) again.
+
+    It cannot when the main script is no file (standard input), or when the script's top level is
+    running that code outside an ``if __name__ == "__main__":`` block. An interactive session, a
+    notebook or ``python -c`` has no main file to import: workers are fine there.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None:
+        return True
+    if not os.path.isfile(path):
+        return False
+    frame = caller
+    while frame is not None:  # the script's own top-level frame, if it is on the stack
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            try:
+                return frame.f_lineno in _guarded_lines(path, os.stat(path).st_mtime_ns)
+            except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+                return True  # unreadable source: assume the usual guarded script
+        frame = frame.f_back
+    return True  # created from a thread or a callback, not by the script's top level
+
+
+@functools.lru_cache(maxsize=8)
+def _guarded_lines(path: str, mtime_ns: int) -> frozenset[int]:
+    """The lines of ``path`` inside the body of an ``if __name__ == "__main__":`` block."""
+    with open(path, "rb") as file:
+        tree = ast.parse(file.read(), filename=path)
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.body:
+            lines.update(range(node.body[0].lineno, (node.body[-1].end_lineno or node.body[-1].lineno) + 1))
+    return frozenset(lines)
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [side.id for side in sides if isinstance(side, ast.Name)]
+    constants = [side.value for side in sides if isinstance(side, ast.Constant)]
+    return names == ["__name__"] and constants == ["__main__"]
+
+
+def _platform_default() -> str:
+    """multiprocessing's default start method on this platform, read without fixing it."""
+    default = getattr(getattr(mp.context, "_default_context", None), "_default_context", None)
+    if default is not None:
+        return default.get_start_method()
+    if sys.platform.startswith("linux") and sys.version_info < (3, 14):  # the documented defaults
+        return "fork"
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"

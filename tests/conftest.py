@@ -73,6 +73,13 @@ DYNAMIC_SPACES: dict[str, spaces.Space] = {
 }
 SPACES.update({f"dyn_{key}": space for key, space in DYNAMIC_SPACES.items()})
 
+
+def shared_memory_for(key: str) -> bool:
+    """The ``shared_memory`` flag ``AsyncVectorEnv`` needs for ``SPACES[key]``, and so ``ShmVectorEnv``:
+    False for the spaces it refuses to share (no fixed shape, custom)."""
+    return not key.startswith("dyn_")
+
+
 ACTION_SPACES: dict[str, spaces.Space] = {
     "discrete": spaces.Discrete(3),
     "box": spaces.Box(-1.0, 1.0, (2,), np.float32),

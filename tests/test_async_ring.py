@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_tree_equal, make_space_env
+from conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -66,7 +66,9 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, ring_always, no_lea
     per_worker, batch = batch_plan(key)
     histories = defaultdict(list)  # every batch stays held: the first ones lent, later ones copied
     lent = 0
-    with ShmVectorEnv(space_fns(key), batch_size=batch, envs_per_worker=per_worker) as envs:
+    with ShmVectorEnv(
+        space_fns(key), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
+    ) as envs:
         assert envs._engine.ring is not None
         envs.async_reset(seed=0)
         for _ in range(STEPS):

@@ -214,7 +214,10 @@ DYNAMIC_ACTION_SPACES = {
 @pytest.mark.parametrize("key", sorted(DYNAMIC_ACTION_SPACES))
 def test_dynamic_action_spaces_reach_the_env_as_in_async_vector_env(key, no_leaks):
     fns = [echo(action_space=DYNAMIC_ACTION_SPACES[key])] * 3
-    with ShmVectorEnv(fns, envs_per_worker=2) as ours, closing(AsyncVectorEnv(fns, shared_memory=False)) as reference:
+    with (
+        ShmVectorEnv(fns, envs_per_worker=2, shared_memory=False) as ours,
+        closing(AsyncVectorEnv(fns, shared_memory=False)) as reference,
+    ):
         ours.reset()
         reference.reset()
         reference.action_space.seed(5)
@@ -243,7 +246,10 @@ class MirrorEnv(gym.Env):
 @pytest.mark.parametrize("key", sorted(DYNAMIC_SPACES))
 def test_every_dynamic_space_as_observation_and_action_matches_async_vector_env(key):
     fns = [functools.partial(MirrorEnv, DYNAMIC_SPACES[key])] * 3
-    with ShmVectorEnv(fns, envs_per_worker=2) as ours, closing(AsyncVectorEnv(fns, shared_memory=False)) as reference:
+    with (
+        ShmVectorEnv(fns, envs_per_worker=2, shared_memory=False) as ours,
+        closing(AsyncVectorEnv(fns, shared_memory=False)) as reference,
+    ):
         assert ours.action_space == reference.action_space
         assert_tree_equal(ours.reset(seed=3), reference.reset(seed=3), "reset")
         reference.action_space.seed(9)
@@ -451,7 +457,7 @@ def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(
 
             theirs = run(SyncVectorEnv([CardEnv] * 2))
             for method in ("forkserver", "spawn"):
-                ours = run(ShmVectorEnv([CardEnv] * 2, context=method))
+                ours = run(ShmVectorEnv([CardEnv] * 2, shared_memory=False, context=method))
                 assert ours == theirs and ours[2] is Card, (ours, theirs)
                 with ShmVecEnv([CardEnv] * 2, start_method=method) as venv:
                     assert type(venv.observation_space) is Card

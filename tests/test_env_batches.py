@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_tree_equal, make_space_env
+from conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -78,7 +78,9 @@ def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
     per_worker, batch, seed = batch_plan(key)
     rng = np.random.default_rng(seed)
     histories: dict[int, list] = defaultdict(list)
-    with ShmVectorEnv(space_fns(key), batch_size=batch, envs_per_worker=per_worker) as envs:
+    with ShmVectorEnv(
+        space_fns(key), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
+    ) as envs:
         envs.async_reset(seed=0)
         for _ in range(STEPS):
             obs, rewards, terminations, truncations, infos, env_ids = envs.recv()

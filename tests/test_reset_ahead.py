@@ -9,7 +9,7 @@ from collections import defaultdict
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import assert_tree_equal, make_space_env
+from conftest import assert_tree_equal, make_space_env, shared_memory_for
 from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -51,7 +51,7 @@ class CountsResets(gym.Env):
 def test_steps_match_a_synchronous_run(key, no_leaks):
     fns = [make_space_env(key, tag=i, max_steps=5) for i in range(N_ENVS)]
     reference = SyncVectorEnv(fns)
-    with ShmVectorEnv(fns, reset_ahead=True, envs_per_worker=2) as envs:
+    with ShmVectorEnv(fns, reset_ahead=True, envs_per_worker=2, shared_memory=shared_memory_for(key)) as envs:
         got, want = envs.reset(seed=3), reference.reset(seed=3)
         for k in range(STEPS):
             assert_tree_equal(got[0], want[0], f"step {k} obs")

@@ -8,7 +8,7 @@ import multiprocessing
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions
+from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
@@ -41,7 +41,7 @@ DYNAMIC_KEYS = [key for key in SPACES if key.startswith("dyn_")]
 @pytest.mark.parametrize("obs_key", sorted(SPACES))
 def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
-    ours = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2)
+    ours = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2, shared_memory=shared_memory_for(obs_key))
     reference = SyncVectorEnv(fns, autoreset_mode=mode)
     try:
         assert ours.single_observation_space == reference.single_observation_space
@@ -58,7 +58,7 @@ def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
 def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(obs_key, no_leaks):
     """Where AsyncVectorEnv needs shared_memory=False (spaces without a fixed size), vecshm matches it."""
     fns = [make_space_env(obs_key, tag=i) for i in range(3)]
-    ours = ShmVectorEnv(fns, envs_per_worker=2)
+    ours = ShmVectorEnv(fns, envs_per_worker=2, shared_memory=False)
     reference = AsyncVectorEnv(fns, shared_memory=False)
     try:
         assert ours.observation_space == reference.observation_space
@@ -68,14 +68,21 @@ def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(
         reference.close()
 
 
-def test_shared_memory_true_does_not_refuse_what_async_vector_env_refuses():
-    """AsyncVectorEnv(shared_memory=True) refuses Text or Sequence; vecshm shares the fixed leaves, pickles the rest."""
-    fns = [make_space_env("dyn_mixed", tag=i) for i in range(2)]
-    with pytest.raises((TypeError, ValueError), match="shared.memory"):
-        AsyncVectorEnv(fns, shared_memory=True)
-    with ShmVectorEnv(fns, shared_memory=True) as ours:
-        obs, _ = ours.reset(seed=0)
-        assert obs["img"].shape == (2, 8, 8, 3) and isinstance(obs["text"], tuple)
+@pytest.mark.parametrize("obs_key", DYNAMIC_KEYS)
+def test_shared_memory_true_refuses_what_async_vector_env_refuses(obs_key, no_leaks):
+    """AsyncVectorEnv(shared_memory=True) refuses spaces without a fixed shape (TypeError) and custom
+    spaces (ValueError) and takes Text and OneOf; ShmVectorEnv raises the same, word for word, and
+    leaves no worker behind."""
+    fns = [make_space_env(obs_key, tag=i) for i in range(2)]
+
+    def outcome(cls):
+        try:
+            cls(fns, shared_memory=True).close()
+        except (TypeError, ValueError) as error:
+            return type(error), str(error)
+        return None
+
+    assert outcome(ShmVectorEnv) == outcome(AsyncVectorEnv)
 
 
 def test_calls_attributes_and_render():

@@ -11,9 +11,10 @@ from typing import Any, NoReturn
 import gymnasium as gym
 import numpy as np
 from gymnasium import logger
+from gymnasium.error import CustomSpaceError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
 from vecshm.engine import DEFAULT_INFO_BYTES, tuple_of_values
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
@@ -116,6 +117,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._all_ids = np.arange(self.num_envs)
         try:
             self._init_spaces(observation_mode)
+            if shared_memory:
+                _refuse_what_shared_memory_refuses(self.single_observation_space)
             metadata = self._engine.call(CallOp.GET_ATTR, [0], "metadata")[0]
             render_mode = self._engine.call(CallOp.GET_ATTR, [0], "render_mode")[0]
         except BaseException:
@@ -396,6 +399,30 @@ def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: An
             "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch observation "
             f"space, actual got {observation_mode}"
         )
+
+
+class _NoAllocation:
+    """A stand-in multiprocessing context for Gymnasium's ``create_shared_memory``: its checks run,
+    nothing is allocated."""
+
+    @staticmethod
+    def Array(*args: Any, **kwargs: Any) -> None:  # noqa: N802  (multiprocessing's name)
+        return None
+
+
+def _refuse_what_shared_memory_refuses(space: gym.Space) -> None:
+    """Raise what ``AsyncVectorEnv(shared_memory=True)`` raises for an observation space it cannot
+    put in shared memory: a ``TypeError`` for Sequence and Graph (no fixed shape), a ``ValueError``
+    for a custom ``Space``. vecshm itself could take them (it pickles the leaves without a fixed
+    size), but a drop-in raises where its peer raises; ``shared_memory=False`` takes every space in
+    both. Gymnasium's own ``create_shared_memory`` decides, with nothing allocated."""
+    try:
+        create_shared_memory(space, n=1, ctx=_NoAllocation)
+    except CustomSpaceError as error:
+        raise ValueError(
+            "Using `AsyncVector(..., shared_memory=True)` caused an error, you can disable this feature with "
+            "`shared_memory=False` however this is slower."
+        ) from error
 
 
 def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.Space]]) -> None:

@@ -179,6 +179,33 @@ def test_make_vec_builds_wrapped_envs_like_gymnasium():
         reference.close()
 
 
+def test_make_vec_takes_gymnasium_make_vec_arguments_and_records_the_same_spec():
+    """Positional ``vectorization_mode``, an ``EnvSpec`` as id, the ``spec`` the result records and
+    making another from it, as ``gymnasium.make_vec(..., "async")`` does; other modes are Gymnasium's."""
+    from vecshm import make_vec
+
+    args = ("CartPole-v1", 3, "async", {"autoreset_mode": AutoresetMode.SAME_STEP})
+    ours, reference = make_vec(*args, max_episode_steps=20), gym.make_vec(*args, max_episode_steps=20)
+    again = make_vec(ours.spec)
+    from_spec = make_vec(gym.spec("CartPole-v1"), 2)
+    try:
+        assert type(ours) is ShmVectorEnv and type(again) is ShmVectorEnv and type(from_spec) is ShmVectorEnv
+        assert ours.spec == reference.spec and again.spec == ours.spec
+        assert_tree_equal(ours.reset(seed=3), reference.reset(seed=3))
+        assert_tree_equal(again.reset(seed=3), reference.reset(seed=3))
+        for _ in range(30):
+            actions = np.ones(3, dtype=np.int64)
+            assert_tree_equal(ours.step(actions)[:4], reference.step(actions)[:4])
+    finally:
+        for envs in (ours, reference, again, from_spec):
+            envs.close()
+    sync = make_vec("CartPole-v1", 2, "sync")
+    assert type(sync) is SyncVectorEnv
+    sync.close()
+    with pytest.raises(ValueError, match="Invalid vectorization mode"):
+        make_vec("CartPole-v1", 2, "bogus")
+
+
 @pytest.mark.parametrize("cls", [AsyncVectorEnv, ShmVectorEnv])
 def test_an_unknown_keyword_raises_type_error_and_nothing_at_collection(cls, monkeypatch):
     """As AsyncVectorEnv: the TypeError, and no exception from ``__del__`` of the half-built object."""

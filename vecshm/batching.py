@@ -15,19 +15,40 @@ stay until its worker runs again, which needs the env back from the caller; ``re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.protocol import Phase
-from vecshm.results import NO_EXTRAS, Batch
+from vecshm.results import NO_EXTRAS, Batch, Extras
 from vecshm.ring import CLAIM
 
 __all__ = ["AsyncBatches"]
 
 ENV_IDS_CACHE = 1024  # distinct env id lists remembered once checked (see AsyncBatches._checked)
+
+
+class Finished(NamedTuple):
+    """Envs whose step is done but that ``recv`` has not returned yet (a worker's envs may fill
+    more than one batch), oldest first, and what they left beside the segment. A value: the ids
+    and their extras change together or not at all."""
+
+    env_ids: np.ndarray
+    extras: Extras
+
+    def added(self, env_ids: np.ndarray, extras: Extras) -> Finished:
+        return Finished(np.concatenate([self.env_ids, env_ids]), self.extras.merged(extras))
+
+    def taken(self, n: int) -> tuple[np.ndarray, Extras, Finished]:
+        """The oldest ``n`` envs, their extras, and what is left."""
+        env_ids = self.env_ids[:n]
+        mine, rest = self.extras.split(env_ids.tolist())
+        return env_ids, mine, Finished(self.env_ids[n:], rest)
+
+
+NOTHING_FINISHED = Finished(np.empty(0, dtype=np.int64), NO_EXTRAS)
 
 
 class AsyncBatches:
@@ -42,8 +63,7 @@ class AsyncBatches:
         self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
         self.staged = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: envs whose actions wait
         self.staged_dynamic: dict[int, list[Any]] = {}  # the waiting actions' dynamic leaves, by env
-        self.finished = np.empty(0, dtype=np.int64)  # envs finished but not yet returned, oldest first
-        self.finished_extras = NO_EXTRAS  # what those envs left beside the segment
+        self.finished = NOTHING_FINISHED  # envs finished but not yet returned
         self.started = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: when it last started
         self._starts = 0
         self._ids: dict[tuple[tuple[int, ...], bytes], tuple[np.ndarray, np.ndarray, bool]] = {}
@@ -64,7 +84,7 @@ class AsyncBatches:
     @property
     def active(self) -> bool:
         """Whether envs are in flight or finished but not yet returned (a synchronous call must wait)."""
-        return np.count_nonzero(self.in_flight) > 0 or len(self.finished) > 0
+        return np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
 
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
@@ -104,7 +124,8 @@ class AsyncBatches:
         """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out); their results
         (from the ring, with their fixed observation leaves lent)."""
         pending = self.in_flight.nonzero()[0]
-        out = len(self.finished) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
+        finished = self.finished
+        out = len(finished.env_ids) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
         if self.ring is not None:  # whole workers: nothing is ever left over in ``finished``
@@ -115,18 +136,16 @@ class AsyncBatches:
             self.with_caller[env_ids] = True
             return self.engine.batch(env_ids, extras, self.ring.take(need))
         need = min(self.batch_size, out)
-        while len(self.finished) < need:
+        while len(finished.env_ids) < need:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
-            fewest = -(-(need - len(self.finished)) // int(self.sizes[pending].max()))  # workers that may do
+            fewest = -(-(need - len(finished.env_ids)) // int(self.sizes[pending].max()))  # workers that may do
             done, extras = self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout)
             done = np.sort(done)
             self.in_flight[done] = False
-            self.finished = np.concatenate([self.finished, self.engine.env_ids_of(done)])
-            self.finished_extras = self.finished_extras.merged(extras)
-        env_ids, self.finished = self.finished[:need], self.finished[need:]
+            finished = self.finished = finished.added(self.engine.env_ids_of(done), extras)
+        env_ids, extras, self.finished = finished.taken(need)
         self.with_caller[env_ids] = True
-        extras, self.finished_extras = self.finished_extras.split(env_ids.tolist())
         return self.engine.batch(env_ids, extras)
 
     def drain(self) -> None:
@@ -137,8 +156,7 @@ class AsyncBatches:
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))
-        self.finished = self.finished[:0]
-        self.finished_extras = NO_EXTRAS
+        self.finished = NOTHING_FINISHED
         self.forget_staged()
         self.with_caller[:] = True
         if self.ring is not None:

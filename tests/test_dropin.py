@@ -618,3 +618,31 @@ def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
         """,
     )
     assert result.returncode == 0 and "portable ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("ours", "peer"),
+    [(ShmVectorEnv, AsyncVectorEnv), (ShmVecEnv, SubprocVecEnv)],
+    ids=["ShmVectorEnv", "ShmVecEnv"],
+)
+def test_processes_are_live_worker_processes_until_close_as_the_peers(ours, peer):
+    """``processes`` (both peers have it): live processes while open, none running after ``close()``.
+    vecshm's are its workers, one per ``envs_per_worker`` envs (``close()`` also releases the
+    ``Process`` objects, so ask the system about their pids afterwards)."""
+    fns = [EchoEnv] * 4
+    for cls in (peer, ours):
+        kwargs = {} if cls is peer else {"envs_per_worker": 2}
+        envs = cls(fns, **kwargs)
+        processes = list(envs.processes)
+        assert len(processes) == (4 if cls is peer else 2)
+        pids = {p.pid for p in processes}
+        assert all(p.is_alive() for p in processes) and len(pids) == len(processes)
+        envs.close()
+        assert not any(process_alive(pid) for pid in pids)
+
+
+def test_env_fns_and_worker_are_kept_as_async_vector_env_keeps_them():
+    fns = [EchoEnv] * 2
+    with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
+        assert ours.env_fns is fns and reference.env_fns is fns
+        assert ours.worker is None and reference.worker is None

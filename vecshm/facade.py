@@ -38,6 +38,13 @@ class EngineFacade:
             self._engine.close()
             raise
 
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes (``multiprocessing.Process``), as the peers' ``processes``: one per
+        worker, each hosting ``envs_per_worker`` envs, so fewer than ``num_envs`` when a worker hosts
+        several. A restarted worker's new process replaces its old one."""
+        return list(self._engine.pool.processes)
+
     def _check_send(self) -> None:
         """Raise if the facade's state does not allow ``send`` now (each peer has its own rules)."""
         raise NotImplementedError

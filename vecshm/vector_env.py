@@ -83,6 +83,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         reset_ahead: bool = False,
     ) -> None:
         self.closed = True  # until the engine is up
+        self.env_fns = env_fns
+        self.worker = worker  # None: a custom worker is refused below
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
         self.copy = copy
         self.context = context

@@ -9,6 +9,7 @@ results shaped for the caller. A synchronous cycle steps every env; an async one
 
     python benchmarks/parent_cost.py sb3 async
     python benchmarks/parent_cost.py gym sync
+    python benchmarks/parent_cost.py gym async vecshm/Frames-v0 3 2   # batch 3, envs_per_worker 2
 
 Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
 ``ab_step_rate.py``) for a before/after of the parent's hot path.
@@ -32,12 +33,19 @@ N_ENVS = 8
 REPEATS, CYCLES = 7, 5000
 
 
-def main(facade: str, mode: str, env_id: str = "vecshm/Frames-v0") -> tuple[float, float]:
-    """Median and min of the parent's microseconds per cycle outside the wait."""
-    batch = N_ENVS // 2 if mode == "async" else None
+def main(
+    facade: str,
+    mode: str,
+    env_id: str = "vecshm/Frames-v0",
+    batch_size: int = N_ENVS // 2,
+    per_worker: int | None = None,
+) -> tuple[float, float]:
+    """Median and min of the parent's microseconds per cycle outside the wait (async: batches of
+    ``batch_size``; ``per_worker``: envs per worker, default vecshm's choice)."""
+    batch = batch_size if mode == "async" else None
     cls = ShmVecEnv if facade == "sb3" else ShmVectorEnv
     fns = [lambda: gym.make(env_id) for _ in range(N_ENVS)]
-    venv: Any = cls(fns, batch_size=batch, cpu_affinity=[[1]], pin_parent=[0])
+    venv: Any = cls(fns, batch_size=batch, envs_per_worker=per_worker, cpu_affinity=[[1]], pin_parent=[0])
     waited = [0]
     wait = Engine._wait
 
@@ -74,5 +82,5 @@ def main(facade: str, mode: str, env_id: str = "vecshm/Frames-v0") -> tuple[floa
 
 if __name__ == "__main__":
     facade, mode = sys.argv[1], sys.argv[2]
-    median, least = main(facade, mode, *sys.argv[3:4])
+    median, least = main(facade, mode, *sys.argv[3:4], *map(int, sys.argv[4:6]))
     print(f"{facade} {mode}: parent {median:.1f} us per cycle outside the wait (min {least:.1f})")

@@ -50,11 +50,13 @@ def is_lent(obs) -> bool:
 
 
 def batch_plan(key: str) -> tuple[int, int]:
-    """(envs_per_worker, batch_size) for one space: drawn per space, the same in every run."""
+    """(envs_per_worker, batch_size) for one space: drawn per space, the same in every run. Whole
+    units, or batches that end inside a worker's unit. At most one unit is split at a time, so at
+    most ``per_worker - 1`` envs sent back wait for a sibling still in a batch: up to
+    ``N_ENVS - per_worker + 1`` envs are always out, and every batch is full."""
     rng = np.random.default_rng(sum(map(ord, key)))
     per_worker = int(rng.choice([1, 2, 3]))
-    sizes = [b for b in range(per_worker, N_ENVS + 1, per_worker) if N_ENVS % b == 0 and b < N_ENVS]
-    return per_worker, int(rng.choice(sizes))
+    return per_worker, int(rng.integers(1, min(N_ENVS - 1, N_ENVS - per_worker + 1) + 1))
 
 
 def space_fns(key: str):
@@ -95,6 +97,40 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, ring_always, no_lea
     for i, history in histories.items():
         for t, (got, want) in enumerate(zip(history, expected[i])):
             assert_tree_equal(got[0], want[0], f"env {i} step {t} obs")
+            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
+
+
+@pytest.mark.parametrize(("per_worker", "batch"), [(2, 3), (3, 2), (3, 4)])
+def test_batches_ending_inside_a_unit_dropped_at_once_match_a_synchronous_run(per_worker, batch, ring_always, no_leaks):
+    """Each lent batch is dropped before the next ``recv``: a unit whose other rows still wait for
+    the next batch must not go back to the workers with it (two workers would then claim it)."""
+    histories = defaultdict(list)
+    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=batch, envs_per_worker=per_worker) as envs:
+        assert envs._batches.ring is not None
+        envs.async_reset(seed=0)
+        lent = 0
+        for _ in range(STEPS):
+            obs, rewards, terminations, truncations, _, env_ids = envs.recv()
+            lent += is_lent(obs)
+            for k, i in enumerate(env_ids.tolist()):
+                histories[i].append((obs[k].copy(), rewards[k], terminations[k], truncations[k]))
+            del obs
+            gc.collect()  # the batch's units go back now, but not one whose rows wait
+            envs.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
+        assert lent >= STEPS // 2, (
+            "with every batch dropped, most are lent (a batch that wraps around the ring is copied)"
+        )
+    reference = SyncVectorEnv(space_fns("box_f64_2d"))
+    obs, _ = reference.reset(seed=0)
+    expected = {i: [(obs[i], 0.0, False, False)] for i in range(N_ENVS)}
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
+        for i in range(N_ENVS):
+            expected[i].append((obs[i], rewards[i], terminations[i], truncations[i]))
+    reference.close()
+    for i, history in histories.items():
+        for t, (got, want) in enumerate(zip(history, expected[i])):
+            assert np.array_equal(got[0], want[0]), f"env {i} step {t} obs"
             assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
 
 

@@ -110,13 +110,13 @@ def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
             assert_tree_equal(got[4], want[4], f"env {i} step {t} infos")
 
 
-@pytest.mark.parametrize("ring", [False, True])
-def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, monkeypatch, no_leaks):
+@pytest.mark.parametrize(("ring", "batch"), [(False, 5), (True, 4), (True, 5)])
+def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, monkeypatch, no_leaks):
     """Terminal observations, ``TimeLimit.truncated`` and piped infos of envs a finished worker left
-    for a later ``recv``; with whole-worker batches from the ring, sends in parts."""
+    for a later ``recv``; from the ring, batches of whole workers and batches that end inside a
+    worker's unit, sent back in parts."""
     monkeypatch.setattr(vecshm.engine, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
     fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(6)]
-    batch = 4 if ring else 5
     rng = np.random.default_rng(3)
     histories: dict[int, list] = defaultdict(list)
     with ShmVecEnv(fns, batch_size=batch, envs_per_worker=2) as venv:

@@ -7,10 +7,11 @@ actions wait, written into the envs' rows), and a worker that finishes may leave
 for the next ``recv``. Each env still sees exactly the actions it was sent, in order, so per-env
 results are the same as in a synchronous run.
 
-Where batches are made of whole workers and the engine has a ring (see :mod:`vecshm.ring`),
-workers write their observations in the order they finish, and ``recv`` lends the batch's rows as
-they lie, in that order. Otherwise the workers write into slot 0, where a finished env's results
-stay until its worker runs again, which needs the env back from the caller; ``recv`` copies them.
+Where the engine has a ring (see :mod:`vecshm.ring`) and every worker hosts as many envs, workers
+write their observations in the order they finish, and ``recv`` lends the batch's rows as they lie,
+in that order; a batch may end inside one worker's rows, and the next starts with the rest.
+Otherwise the workers write into slot 0, where a finished env's results stay until its worker runs
+again, which needs the env back from the caller; ``recv`` copies them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.protocol import Phase
 from vecshm.results import NO_EXTRAS, Batch, Extras
-from vecshm.ring import CLAIM
+from vecshm.ring import CLAIM, UnitRing, units_spanned
 
 __all__ = ["AsyncBatches"]
 
@@ -73,13 +74,11 @@ class AsyncBatches:
             raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs={n}, got {batch_size!r}")
         self.batch_size = int(batch_size)
         size = int(self.sizes[0])
-        whole_workers = bool((self.sizes == size).all()) and self.batch_size % size == 0
-        # The ring lends whole units (one worker's envs each): only for batches of whole workers.
-        self.ring = engine.ring if whole_workers else None
-        self.workers_per_batch = self.batch_size // size
+        # A unit holds one worker's envs, a row each: the ring needs workers hosting as many envs.
+        self.ring = engine.ring if bool((self.sizes == size).all()) else None
         self.slot = 0 if self.ring is None else CLAIM  # where workers write an async command's observations
         if self.ring is not None:
-            self.ring.use(self.workers_per_batch)
+            self.ring.use(units_spanned(self.batch_size, size))
 
     @property
     def active(self) -> bool:
@@ -123,19 +122,21 @@ class AsyncBatches:
     def recv(self, timeout: float | None = None) -> Batch:
         """Wait for the first ``batch_size`` envs to finish (fewer if fewer are out); their results
         (from the ring, with their fixed observation leaves lent)."""
-        pending = self.in_flight.nonzero()[0]
-        finished = self.finished
-        out = len(finished.env_ids) + (len(pending) if self.ring is not None else int(self.sizes[pending].sum()))
+        pending, finished, ring = self.in_flight.nonzero()[0], self.finished, self.ring
+        left = len(finished.env_ids)
+        # with a ring, every worker hosts ``unit_rows`` envs
+        out = left + (len(pending) * ring.unit_rows if ring is not None else int(self.sizes[pending].sum()))
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
-        if self.ring is not None:  # whole workers: nothing is ever left over in ``finished``
-            need = min(self.workers_per_batch, len(pending))
-            done, extras = self.engine.collect_units(self.ring.next_units(need), pending, timeout)
-            self.in_flight[done] = False
-            env_ids = self.engine.env_ids_of(done)
-            self.with_caller[env_ids] = True
-            return self.engine.batch(env_ids, extras, self.ring.take(need))
         need = min(self.batch_size, out)
+        if ring is not None:
+            if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
+                done, extras = self.engine.collect_units(ring.next_units(need // ring.unit_rows), pending, timeout)
+                self.in_flight[done] = False
+                env_ids = self.engine.env_ids_of(done)
+                self.with_caller[env_ids] = True
+                return self.engine.batch(env_ids, extras, ring.take(need))
+            return self._recv_inside_units(ring, pending, finished, need, timeout)
         while len(finished.env_ids) < need:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
@@ -147,6 +148,22 @@ class AsyncBatches:
         env_ids, extras, self.finished = finished.taken(need)
         self.with_caller[env_ids] = True
         return self.engine.batch(env_ids, extras)
+
+    def _recv_inside_units(
+        self, ring: UnitRing, pending: np.ndarray, finished: Finished, need: int, timeout: float | None
+    ) -> Batch:
+        """The next ``need`` rows of ``ring`` where a batch starts or ends inside a unit, in the
+        order workers finished: first those left in a unit an earlier batch ended inside (their
+        worker was collected then, and they wait in ``finished``), then the units of workers in flight."""
+        left = len(finished.env_ids)
+        if need > left:
+            units = ring.next_units(ring.units_for(need))
+            done, extras = self.engine.collect_units(units[1:] if left else units, pending, timeout)
+            self.in_flight[done] = False
+            finished = self.finished = finished.added(self.engine.env_ids_of(done), extras)
+        env_ids, extras, self.finished = finished.taken(need)
+        self.with_caller[env_ids] = True
+        return self.engine.batch(env_ids, extras, ring.take(need))
 
     def drain(self) -> None:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""

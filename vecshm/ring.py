@@ -8,10 +8,13 @@ in the order the workers finished. So a worker that has stepped its envs claims 
 Claims go through a kernel pipe that holds the free units' numbers. Reading one number is atomic
 among processes, there is no lock a dying worker could hold, and numbers come out in the order the
 parent wrote them. The parent writes them in ring order and so knows which units the next claims
-get: a batch is the next units in that order, lent as one array per observation leaf that gives
-them back when the caller drops it. The parent lends at most ``units - workers`` units at once, so
-a worker always finds a free one; beyond that, or when a batch's units are not adjacent, the batch
-is copied out and its units go back at once.
+get: a batch is the next rows in that order, lent as one array per observation leaf that gives
+them back when the caller drops it. A batch need not be whole units (``batch_size`` need not be a
+multiple of ``envs_per_worker``): one may end inside a unit, whose other rows start the next batch,
+and a unit goes back once all its rows were taken and no lent batch views it. The parent lends at
+most ``units - workers`` units at once, so a worker always finds a free one (a unit partly taken
+belongs to a worker that cannot run again before the caller has all its envs back); beyond that,
+or when a batch's units are not adjacent, the batch is copied out.
 """
 
 from __future__ import annotations
@@ -37,10 +40,17 @@ LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied
 RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see slots.LEND_MIN_BYTES)
 
 
-def ring_units(num_workers: int, workers_per_batch: int | None = None) -> int:
+def ring_units(num_workers: int, units_per_batch: int | None = None) -> int:
     """Units a ring needs: one in flight per worker, and ``LENDABLE_BATCHES`` batches lent (by
     default batches of every worker: the segment is laid out before the batch size is known)."""
-    return num_workers + LENDABLE_BATCHES * (workers_per_batch or num_workers)
+    return num_workers + LENDABLE_BATCHES * (units_per_batch or num_workers)
+
+
+def units_spanned(batch_size: int, unit_rows: int) -> int:
+    """The most units a batch of ``batch_size`` rows spans: whole units, or from any row of one on."""
+    if batch_size % unit_rows == 0:
+        return batch_size // unit_rows
+    return (batch_size + 2 * unit_rows - 2) // unit_rows
 
 
 class UnitPipe:
@@ -110,22 +120,29 @@ class UnitRing:
         self._leaves = [(a.ctypes.data, a.strides[0], a.dtype, a.shape[1:]) for a in self.arrays]
         self.max_lent = self.units - num_workers  # so that every worker in flight finds a free unit
         self._mapping: Any = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
-        self._queue: deque[int] = deque()  # the units in the pipe, in the order workers will claim them
-        self._lent: set[int] = set()
+        # the units in the pipe, in the order workers will claim them (first: one partly taken)
+        self._queue: deque[int] = deque()
+        self._leases = [0] * spec.ring_units  # per unit: the lent batches viewing it
+        self._lent_units = 0  # units some lent batch views
+        self.offset = 0  # rows of the queue's first unit already taken (a batch ended inside it)
         self.rebuild()
 
-    def use(self, workers_per_batch: int) -> None:
-        """Use only the units batches of ``workers_per_batch`` need (only while no worker can claim).
+    def use(self, units_per_batch: int) -> None:
+        """Use only the units batches spanning ``units_per_batch`` need (only while no worker can claim).
 
         The fewer units the workers cycle through, the more of them are still in cache when written.
         """
-        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, workers_per_batch))
+        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, units_per_batch))
         self.max_lent = self.units - self.num_workers
         self.rebuild()
 
     def next_units(self, n: int) -> np.ndarray:
-        """The units the next ``n`` claims get (or got), in claim order."""
+        """The next ``n`` units in claim order: one partly taken first, then those the next claims get (or got)."""
         return np.fromiter(islice(self._queue, n), dtype=np.int64, count=n)
+
+    def units_for(self, rows: int) -> int:
+        """How many units the next ``rows`` rows span (from the one partly taken, if any)."""
+        return -(-(self.offset + rows) // self.unit_rows)
 
     def owners(self, units: np.ndarray) -> np.ndarray | None:
         """The workers that wrote ``units``, once each has finished its command; else None.
@@ -135,27 +152,79 @@ class UnitRing:
         owners = self.buffers.unit_worker[units]
         return None if -1 in owners.tolist() else owners
 
-    def take(self, n: int) -> list[np.ndarray]:
-        """The observations (one array per leaf) of the next ``n`` units, which leave the queue.
+    def take(self, rows: int) -> list[np.ndarray]:
+        """The observations (one array per leaf) of the next ``rows`` rows, whose units leave the
+        queue once all their rows are taken.
 
-        Lent when they are adjacent and the caller holds few enough; else copied, and the units
-        are free again at once.
+        Lent when their units are adjacent and the caller holds few enough; else copied. A unit is
+        free again once all its rows were taken and no lent batch views it.
         """
-        popleft = self._queue.popleft
-        units = [popleft() for _ in range(n)]
-        first, r = units[0], self.unit_rows
-        if units != list(range(first, first + n)) or len(self._lent) + n > self.max_lent:
+        r, first, queue, leases = self.unit_rows, self.offset, self._queue, self._leases
+        popleft = queue.popleft
+        if not first and rows % r == 0:  # whole units (batches of whole workers): the common case, kept short
+            count = rows // r
+            units = [popleft() for _ in range(count)]  # none is lent: queued units never are
+            if self._lent_units + count <= self.max_lent and units == list(range(units[0], units[0] + count)):
+                for u in units:
+                    leases[u] = 1
+                self._lent_units += count
+                start = units[0] * r
+                regions = [(base + start * row, dtype, (rows, *shape)) for base, row, dtype, shape in self._leaves]
+                return lend_arrays(regions, self._mapping, lambda: self._release_whole(units))
             index = np.concatenate([np.arange(u * r, (u + 1) * r) for u in units])
             arrays = [a[index] for a in self.arrays]
             self._free(units)
             return arrays
-        regions = [(base + first * r * row, dtype, (n * r, *shape)) for base, row, dtype, shape in self._leaves]
-        self._lent.update(units)
-        return lend_arrays(regions, self._mapping, lambda: self._free(units, lent=True))
+        count = -(-(first + rows) // r)
+        self.offset = (first + rows) % r
+        taken = count - 1 if self.offset else count  # units all of whose rows are now taken
+        units = [popleft() for _ in range(taken)]
+        if taken < count:
+            units.append(queue[0])  # the batch ends inside this one: it stays first in the queue
+        newly = sum(1 for u in units if not leases[u])
+        if self._lent_units + newly <= self.max_lent and (
+            count == 1 or units == list(range(units[0], units[0] + count))
+        ):
+            for u in units:
+                leases[u] += 1
+            self._lent_units += newly
+            start = units[0] * r + first
+            regions = [(base + start * row, dtype, (rows, *shape)) for base, row, dtype, shape in self._leaves]
+            return lend_arrays(regions, self._mapping, lambda: self._release(units))
+        if count == 1:
+            arrays = [a[units[0] * r + first : units[0] * r + first + rows].copy() for a in self.arrays]
+        else:
+            index = np.concatenate([np.arange(u * r, (u + 1) * r) for u in units])[first : first + rows]
+            arrays = [a[index] for a in self.arrays]
+        self._free([u for u in units[:taken] if not leases[u]])
+        return arrays
 
     def discard(self, n: int) -> None:
-        """Free the next ``n`` units unread (their commands were drained)."""
-        self._free([self._queue.popleft() for _ in range(n)])
+        """Free, unread, the unit partly taken (if any) and the next ``n`` (their commands were drained)."""
+        if self.offset:
+            n, self.offset = n + 1, 0
+        units = [self._queue.popleft() for _ in range(n)]
+        self._free([u for u in units if not self._leases[u]])
+
+    def _release_whole(self, units: list[int]) -> None:
+        """A lent batch of whole units was dropped: no other batch views them, and none waits."""
+        leases = self._leases
+        for u in units:
+            leases[u] = 0
+        self._lent_units -= len(units)
+        self._free(units)
+
+    def _release(self, units: list[int]) -> None:
+        """A lent batch over ``units`` was dropped: free those no batch views and none of whose rows wait."""
+        leases = self._leases
+        for u in units:
+            leases[u] -= 1
+        unviewed = [u for u in units if not leases[u]]
+        self._lent_units -= len(unviewed)
+        if self.offset and self._queue:  # a unit whose other rows wait stays out of the pipe
+            waiting = self._queue[0]
+            unviewed = [u for u in unviewed if u != waiting]
+        self._free(unviewed)
 
     def rebuild(self) -> None:
         """Refill the pipe with every unit not lent, in ring order (only while no worker can claim).
@@ -165,14 +234,13 @@ class UnitRing:
         """
         self.pipe.take_all()
         self._queue.clear()
-        free = [u for u in range(self.units) if u not in self._lent]
+        self.offset = 0
+        free = [u for u in range(self.units) if not self._leases[u]]
         self._give(free)
 
-    def _free(self, units: list[int], lent: bool = False) -> None:
-        if self.pipe.write_fd < 0:  # the vec env is closed: nothing to give back
+    def _free(self, units: list[int]) -> None:
+        if self.pipe.write_fd < 0 or not units:  # the vec env is closed: nothing to give back
             return
-        if lent:
-            self._lent.difference_update(units)
         self._give(units)
 
     def _give(self, units: list[int]) -> None:

@@ -63,9 +63,13 @@ def space_fns(key: str):
     return [make_space_env(key, tag=i, jitter_us=300.0) for i in range(N_ENVS)]
 
 
-@pytest.mark.parametrize("key", RING_SPACES)
-def test_gymnasium_ring_batches_match_a_synchronous_run(key, ring_always, no_leaks):
-    per_worker, batch = batch_plan(key)
+# one plan per space, and batches ending inside a unit where observations are partly piped
+RING_PLANS = [(key, batch_plan(key)) for key in RING_SPACES] + [("dyn_mixed", (2, 3)), ("dyn_mixed", (3, 4))]
+
+
+@pytest.mark.parametrize(("key", "plan"), RING_PLANS, ids=[f"{key}-{p}x{b}" for key, (p, b) in RING_PLANS])
+def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, no_leaks):
+    per_worker, batch = plan
     histories = defaultdict(list)  # every batch stays held: the first ones lent, later ones copied
     lent = 0
     with ShmVectorEnv(

@@ -118,8 +118,7 @@ def test_batches_ending_inside_a_unit_dropped_at_once_match_a_synchronous_run(pe
             lent += is_lent(obs)
             for k, i in enumerate(env_ids.tolist()):
                 histories[i].append((obs[k].copy(), rewards[k], terminations[k], truncations[k]))
-            del obs
-            gc.collect()  # the batch's units go back now, but not one whose rows wait
+            del obs  # the last reference: the batch's units go back now, but not one whose rows wait
             envs.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
         assert lent >= STEPS // 2, (
             "with every batch dropped, most are lent (a batch that wraps around the ring is copied)"

@@ -174,7 +174,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         finally:
             self._state = _State.DEFAULT
         chosen = np.flatnonzero(self._reset_mask)
-        return batch.observations(self.copy), _vector_infos(batch, self.num_envs, chosen, chosen, self._add_info)
+        return batch.observations(self.copy), _vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -203,12 +203,12 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Gymnasium-shaped results of ``batch``."""
         ids = batch.ids
-        adder = self if batch.env_ids is None else _InfoBatch(len(ids))
         finals: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
         if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
+            adder = self if batch.env_ids is None else _InfoBatch(len(ids))
             infos: dict[str, Any] = {}
             for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
                 if i in finals:
@@ -216,8 +216,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
                     infos = adder._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
                 infos = adder._add_info(infos, step_info, k)
         else:
-            id_array = self._all_ids if batch.env_ids is None else batch.env_ids
-            infos = _vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], adder._add_info)
+            whole = batch.env_ids is None
+            id_array = self._all_ids if whole else batch.env_ids
+            infos = _vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
         return batch.observations(self.copy), batch.rewards, batch.terminated, batch.truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
@@ -351,18 +352,24 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
 
 
-def _vector_infos(batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, add_info: Any) -> dict[str, Any]:
+def _vector_infos(
+    batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: ShmVectorEnv | None
+) -> dict[str, Any]:
     """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
-    built from their columns when they came as columns."""
+    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
+    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
     records = batch.info_records(env_ids)
     if records is not None:
+        if records.schema is None:  # no env has an info
+            return {}
         vector_infos = batch_records(size, at[records.positions], records)
         if vector_infos is not None:
             return vector_infos
     infos: list[dict[str, Any]] = [{} for _ in range(size)]
     for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
         infos[k] = info
-    return batch_infos(size, infos, add_info)
+    adder = vector_env if vector_env is not None else _InfoBatch(size)
+    return batch_infos(size, infos, adder._add_info)
 
 
 def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:

@@ -641,6 +641,31 @@ def test_processes_are_live_worker_processes_until_close_as_the_peers(ours, peer
         assert not any(process_alive(pid) for pid in pids)
 
 
+def test_a_worker_with_the_wrong_signature_gets_async_vector_env_s_error():
+    """AsyncVectorEnv checks a custom worker's signature first (where the installed Gymnasium does);
+    ShmVectorEnv raises the same error there, and its own refusal for any other custom worker."""
+
+    def seven(index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode):
+        pass
+
+    def eight(index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore):
+        pass
+
+    for worker in (seven, eight, lambda *args: None):
+        with pytest.raises(ValueError) as ours:
+            ShmVectorEnv([EchoEnv] * 2, worker=worker)
+        try:
+            AsyncVectorEnv([EchoEnv] * 2, worker=worker)
+        except ValueError as reference:  # its signature check
+            assert str(ours.value) == str(reference)
+            continue
+        except (OSError, EOFError):  # a worker that does nothing, or fails: AsyncVectorEnv's pipes break
+            pass
+        # ours is a clear error where the peer breaks: the refusal, or the signature error (where an
+        # older Gymnasium's worker takes fewer arguments and that Gymnasium checks none)
+        assert "cannot be used" in str(ours.value) or "must accept" in str(ours.value)
+
+
 def test_env_fns_and_worker_are_kept_as_async_vector_env_keeps_them():
     fns = [EchoEnv] * 2
     with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:

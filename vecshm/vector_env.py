@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -14,6 +15,7 @@ from gymnasium import logger
 from gymnasium.error import CustomSpaceError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
 from vecshm.engine import DEFAULT_INFO_BYTES, tuple_of_values
@@ -385,6 +387,19 @@ def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:
     raise errors[-1] from None
 
 
+def _check_worker_signature(worker: Callable[..., None]) -> None:
+    """AsyncVectorEnv's first check of a custom ``worker``: it must take the arguments Gymnasium's
+    own worker takes (its error, word for word). vecshm refuses every custom worker after it."""
+    expected = inspect.signature(_async_worker)
+    try:
+        inspect.signature(worker).bind(*(None,) * len(expected.parameters))
+    except TypeError as error:
+        raise ValueError(
+            f"A custom `worker` must accept {len(expected.parameters)} arguments. Got the signature "
+            f"{inspect.signature(worker)} which should match {expected}."
+        ) from error
+
+
 def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: Any) -> None:
     """AsyncVectorEnv's argument checks, with its exception types and messages."""
     if max_concurrency is not None:
@@ -393,6 +408,7 @@ def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: An
         if max_concurrency < 1:
             raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
     if worker is not None:
+        _check_worker_signature(worker)
         raise ValueError(
             "ShmVectorEnv runs its own worker loop over shared memory, so a custom `worker` cannot be used; "
             "use gymnasium.vector.AsyncVectorEnv for a custom worker, or wrap the envs instead"

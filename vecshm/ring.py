@@ -160,28 +160,16 @@ class UnitRing:
         free again once all its rows were taken and no lent batch views it.
         """
         r, first, queue, leases = self.unit_rows, self.offset, self._queue, self._leases
-        popleft = queue.popleft
-        if not first and rows % r == 0:  # whole units (batches of whole workers): the common case, kept short
-            count = rows // r
-            units = [popleft() for _ in range(count)]  # none is lent: queued units never are
-            if self._lent_units + count <= self.max_lent and units == list(range(units[0], units[0] + count)):
-                for u in units:
-                    leases[u] = 1
-                self._lent_units += count
-                start = units[0] * r
-                regions = [(base + start * row, dtype, (rows, *shape)) for base, row, dtype, shape in self._leaves]
-                return lend_arrays(regions, self._mapping, lambda: self._release_whole(units))
-            index = np.concatenate([np.arange(u * r, (u + 1) * r) for u in units])
-            arrays = [a[index] for a in self.arrays]
-            self._free(units)
-            return arrays
         count = -(-(first + rows) // r)
         self.offset = (first + rows) % r
         taken = count - 1 if self.offset else count  # units all of whose rows are now taken
+        popleft = queue.popleft
         units = [popleft() for _ in range(taken)]
         if taken < count:
             units.append(queue[0])  # the batch ends inside this one: it stays first in the queue
-        newly = sum(1 for u in units if not leases[u])
+        # whole units (batches of whole workers), the common case: all new, since queued units are never lent
+        whole = not first and taken == count
+        newly = count if whole else sum(1 for u in units if not leases[u])
         if self._lent_units + newly <= self.max_lent and (
             count == 1 or units == list(range(units[0], units[0] + count))
         ):
@@ -190,7 +178,8 @@ class UnitRing:
             self._lent_units += newly
             start = units[0] * r + first
             regions = [(base + start * row, dtype, (rows, *shape)) for base, row, dtype, shape in self._leaves]
-            return lend_arrays(regions, self._mapping, lambda: self._release(units))
+            release = self._release_whole if whole else self._release
+            return lend_arrays(regions, self._mapping, lambda: release(units))
         if count == 1:
             arrays = [a[units[0] * r + first : units[0] * r + first + rows].copy() for a in self.arrays]
         else:

@@ -166,6 +166,25 @@ def test_sb3_ring_batches_match_a_synchronous_run_infos_included(no_leaks):
         assert_tree_equal([h[3] for h in history[1:]], [e[3] for e in expected[i][1 : len(history)]], f"env {i} infos")
 
 
+def test_a_batch_of_several_workers_comes_back_to_send_as_checked(ring_always, no_leaks):
+    """``recv`` remembers the multi-worker batches it returns as checked (they come in too many
+    orders for the cache of checked lists); what it remembers is what the check would find."""
+    fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(8)]  # workers finish in varying order
+    with ShmVectorEnv(fns, batch_size=4, envs_per_worker=2) as envs:
+        batches = envs._batches
+        envs.async_reset(seed=1)
+        for _ in range(8):
+            ids = np.asarray(envs.recv()[-1], dtype=np.int64)
+            remembered = batches._ids[(ids.shape, ids.tobytes())]
+            checked = batches._check(ids)
+            assert [a.tolist() for a in remembered[:2]] == [a.tolist() for a in checked[:2]]
+            assert remembered[2] is checked[2] is True
+            assert not remembered[0].flags.writeable and not remembered[1].flags.writeable
+            envs.send(np.zeros(4, dtype=np.int64), ids)
+        while batches.active:
+            envs.recv()
+
+
 def test_held_batches_stay_intact_and_units_come_back_when_dropped(ring_always, no_leaks):
     with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=2, envs_per_worker=1) as envs:
         envs.async_reset(seed=0)

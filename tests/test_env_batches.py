@@ -158,8 +158,9 @@ def test_sends_are_checked_and_waiting_envs_are_named(no_leaks):
         ids = envs.recv()[-1]
         with pytest.raises(ValueError, match="more than once"):
             envs.send(np.zeros(2, dtype=np.int64), [ids[0], ids[0]])
-        with pytest.raises(IndexError, match="out of range"):
-            envs.send(np.zeros(1, dtype=np.int64), [6])
+        for outside in (6, -1):
+            with pytest.raises(IndexError, match="out of range"):
+                envs.send(np.zeros(1, dtype=np.int64), [outside])
         with pytest.raises(ValueError, match="1-d"):
             envs.send(np.zeros((1, 3), dtype=np.int64), ids.reshape(1, 3))
         others = np.setdiff1d(np.arange(6), ids)

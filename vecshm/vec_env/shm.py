@@ -31,7 +31,9 @@ class ShmVecEnv(EngineFacade, VecEnv):
     :param step_timeout: seconds an env may take for one command before a ``StepTimeoutError``
     :param info_bytes: per-env shared space for pickled infos; larger infos take a slower path
     :param daemon: start workers as daemon processes (as SB3 does); False lets envs have children
-    :param spin: seconds to busy-wait before sleeping (None: automatic, only with a spare core)
+    :param spin: longest busy-wait before sleeping, in seconds, for the parent and the workers (None:
+        adaptive, on x86 only: the parent up to 1 ms, or 300 us while it waits on a worker per core,
+        and workers up to 150 us; 0: never spin)
     :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
     :param pin_parent: cores to pin the calling process (the learner) to, once the workers started
     :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker

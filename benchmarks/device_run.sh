@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The 16-core measurements issue 11 asks for, in stages that each fit one device call (<10 min).
+#
+# Here, once: bash ../shared/device/prepare.sh   (builds .device-site/, see ../shared/device/README.md)
+# There, one stage per `run` call (carry: [".device-site"]):
+#   source .device-site/env.sh; bash benchmarks/device_run.sh pong     # bench: Pong, 64 envs, vs EnvPool
+#   source .device-site/env.sh; bash benchmarks/device_run.sh probe    # arrangements: envs per worker x mode
+#   source .device-site/env.sh; bash benchmarks/device_run.sh frames   # zero-compute frames, 64 envs
+#   source .device-site/env.sh; bash benchmarks/device_run.sh train    # SB3 PPO Atari, GPU learner, 16 envs
+# Results go under $OUT (the device tool brings that folder back), one folder per stage, with the
+# commit and the machine noted beside them.
+set -euo pipefail
+stage=${1:?stage: pong, probe, frames or train}
+out=${OUT:-device-results}/$stage
+mkdir -p "$out"
+{
+    git rev-parse --short HEAD 2>/dev/null || echo "no git"
+    nproc
+    python3 --version
+} > "$out/context.txt"
+
+case "$stage" in
+pong)  # the issue's first target: async batch 32 >= 90% of the ideal and >= 1.3x EnvPool async; sync >= 75%
+    python3 -m vecshm.bench -w pong -n 64 -s "vecshm ShmVecEnv" "ShmVectorEnv async" \
+        EnvPool "EnvPool async (batch n/2)" "SB3 SubprocVecEnv" -r 3 --seconds 2 --no-floor -q -o "$out" ;;
+probe)  # does a second worker per core lift async batches (docs/benchmarks.md, "What the batch structure alone costs")?
+    python3 benchmarks/manycore_probe.py 64 --rounds 2 --seconds 3 \
+        --only "epw=default" "async b=32 epw=2" "sync epw=2" "envpool async" --json "$out/probe.json" \
+        | tee "$out/probe.txt" ;;
+frames)  # overhead at scale, sync and async (the ring lends async batches since the last device run)
+    python3 -m vecshm.bench -w frames -n 64 -s "vecshm ShmVecEnv" "vecshm ShmVectorEnv" "ShmVectorEnv async" \
+        "SB3 SubprocVecEnv" "Gymnasium AsyncVectorEnv" -r 3 --seconds 1 --no-floor -q -o "$out" ;;
+train)  # end to end, the learner on the GPU, reported with the time split
+    python3 -m vecshm.bench.train -n 16 -t 16384 -r 2 -s "vecshm ShmVecEnv" "SB3 SubprocVecEnv" \
+        | tee "$out/train.txt" ;;
+*)
+    echo "unknown stage $stage (pong, probe, frames, train)" >&2
+    exit 2 ;;
+esac

@@ -196,6 +196,53 @@ def test_worker_killed_from_outside_is_detected_while_waiting(no_leaks):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("when", "call"),
+    [("before its first command", "reset"), ("between two steps", "reset"), ("between two steps", "get_attr")],
+)
+def test_a_worker_killed_between_commands_is_named_without_a_running_env(when, call, no_leaks):
+    """The next command that sends it something (a reset's seeds, a call's arguments) finds its
+    socket closed: a ``WorkerDiedError`` naming it, not a ``BrokenPipeError``. Its envs are named,
+    but none as running: none was (an earlier command's env, or env 0 of the zeroed segment, would
+    send the reader to the wrong env)."""
+    venv = ShmVecEnv([healthy] * 4, envs_per_worker=2)
+    if when == "between two steps":
+        venv.reset()
+        venv.step(ZEROS)  # every worker has published: between commands
+    process = venv._engine.pool.processes[1]
+    os.kill(process.pid, signal.SIGKILL)
+    process.join()
+    with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL") as info:
+        venv.reset() if call == "reset" else venv.get_attr("spec")
+    assert "was running" not in str(info.value)
+    assert info.value.env_indices == [2, 3]
+    with pytest.raises(FailedError):
+        venv.step(ZEROS)
+    venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_cannot_be_started_is_named_and_the_started_ones_end(monkeypatch, no_leaks):
+    """A process start that fails (no process can be made, or the forkserver is gone): a
+    ``WorkerDiedError`` naming the worker and the cause, and the workers started before it end."""
+    from multiprocessing.context import ForkServerProcess
+
+    real_popen, starts = ForkServerProcess._Popen, []
+
+    def popen(process):
+        starts.append(process.name)
+        if len(starts) == 3:
+            raise BrokenPipeError(32, "Broken pipe")
+        return real_popen(process)
+
+    monkeypatch.setattr(ForkServerProcess, "_Popen", staticmethod(popen))
+    with pytest.raises(WorkerDiedError, match=r"worker 2 \(envs 2-2\) could not be started: BrokenPipeError") as info:
+        ShmVecEnv([healthy] * 4, envs_per_worker=1, start_method="forkserver")
+    assert info.value.env_indices == [2]
+    assert starts == ["vecshm-worker-0", "vecshm-worker-1", "vecshm-worker-2"]
+
+
+@pytest.mark.timeout(120)
 def test_hung_env_times_out_and_close_terminates_it(no_leaks):
     venv = ShmVecEnv(four_envs("hang", bad_index=2, fail_at=2), step_timeout=1.0)
     pids = [p.pid for p in venv._engine.pool.processes]

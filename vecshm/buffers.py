@@ -18,6 +18,7 @@ __all__ = ["BufferSpec", "Buffers"]
 
 INFO_EMPTY = 0
 INFO_PIPED = -1  # the info did not fit the arena slot and follows on the control socket
+NO_ENV = -1  # in ``progress``: the worker is between commands, no env of it runs
 
 # Actions reach the env in the dtype the caller gave them, as AsyncVectorEnv and SubprocVecEnv pass
 # them on (an env may call ``time.sleep(action)``, which takes a float64 but not a float32). Each

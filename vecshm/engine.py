@@ -30,6 +30,7 @@ from vecshm.errors import (
     FailedError,
     SpaceMismatchError,
     VecShmError,
+    WorkerDiedError,
     remote_errors,
 )
 from vecshm.layout import leaves
@@ -296,7 +297,7 @@ class Engine:
         if dynamic is None:
             return
         for w in workers.tolist():
-            self.pool.conns[w].send({i: dynamic.pop(i) for i in range(*self.slices[w])})
+            self._send(w, {i: dynamic.pop(i) for i in range(*self.slices[w])}, Phase.STEP)
 
     # -- hot commands -----------------------------------------------------------------------------
 
@@ -327,7 +328,19 @@ class Engine:
         self.submit(Command.RESET, workers, slot)
         for w in workers.tolist():
             start, stop = self.slices[w]
-            self.pool.conns[w].send(requests[start:stop])
+            self._send(w, requests[start:stop], Phase.RESET)
+
+    def _send(self, w: int, message: Any, during: Phase) -> None:
+        """Send worker ``w`` what its command needs. A worker that died while idle has closed its
+        end: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the restart
+        policy will replace it at the next wait, which gives its envs a reset of their own."""
+        try:
+            self.pool.send(w, message, during)
+        except WorkerDiedError as error:
+            if self._restart_workers and during.runs_envs:
+                return
+            self._fail(error)
+            raise
 
     def wait_all(self, during: Phase, timeout: float | None = None) -> Batch:
         """Wait for the command every worker was sent (:meth:`send_step`, :meth:`send_reset`); its results."""
@@ -546,7 +559,7 @@ class Engine:
             return []
         self.submit(Command.CALL, workers)
         for w in workers.tolist():
-            self.pool.conns[w].send((op, by_worker[w], args))
+            self._send(w, (op, by_worker[w], args), Phase.of_call(op))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         results: dict[int, Any] = {}
         records = []

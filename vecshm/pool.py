@@ -89,18 +89,40 @@ class WorkerPool:
         self.segment: Segment | NamedSegment | None = None
         self.stuck: set[int] = set()
         self.closed = False
-        for w in range(len(slices)):
-            self._start_process(w)
+        try:
+            for w in range(len(slices)):
+                self._start_process(w)
+        except BaseException:
+            self.shutdown()  # the workers already started: none outlives a failed start
+            raise
 
     def _start_process(self, w: int) -> None:
         parent_conn, child_conn = self.context.Pipe(duplex=True)
         spec = self.specs[w]
         spec.conn, spec.done_bell, spec.claims = child_conn, self.done_bell, self.claims
         process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{w}")
+        try:
+            process.start()
+        except (OSError, EOFError) as exc:  # no process could be made (limits), or the forkserver is gone
+            parent_conn.close()
+            envs = self.env_indices(w)
+            raise WorkerDiedError(
+                f"worker {w} (envs {envs[0]}-{envs[-1]}) could not be started: {type(exc).__name__}: {exc}",
+                envs,
+                None,
+            ) from exc
+        finally:
+            child_conn.close()
+            spec.conn = None  # type: ignore[assignment]
         self.conns[w], self.processes[w] = parent_conn, process
-        process.start()
-        child_conn.close()
-        spec.conn = None  # type: ignore[assignment]
+
+    def send(self, w: int, message: Any, during: Phase) -> None:
+        """Send worker ``w`` a message. A worker that died has closed its end: that is a
+        ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
+        try:
+            self.conns[w].send(message)
+        except (BrokenPipeError, ConnectionResetError):
+            self.raise_died(w, during)
 
     # -- start-up ---------------------------------------------------------------------------------
 
@@ -124,7 +146,7 @@ class WorkerPool:
         size = spec.plan().size
         self.segment = Segment(size) if self.transport.native else NamedSegment(size)
         for w in range(len(self.slices)):
-            self._send_segment(w)
+            self._send_segment(w, Phase.START_UP)
         for w in range(len(self.slices)):
             self.recv(w, deadline, Phase.START_UP)
         if not keep_fd:
@@ -132,13 +154,16 @@ class WorkerPool:
         self.buffers = Buffers(spec, self.segment)
         return self.buffers
 
-    def _send_segment(self, w: int) -> None:
+    def _send_segment(self, w: int, during: Phase) -> None:
         """Tell worker ``w`` where the segment is: its descriptor (native) or its name (portable)."""
         if isinstance(self.segment, NamedSegment):
-            self.conns[w].send(("attach", self.buffer_spec, self.segment.name))
+            self.send(w, ("attach", self.buffer_spec, self.segment.name), during)
             return
-        self.conns[w].send(("attach", self.buffer_spec, None))
-        reduction.send_handle(self.conns[w], self.segment.fd, self.processes[w].pid)
+        self.send(w, ("attach", self.buffer_spec, None), during)
+        try:
+            reduction.send_handle(self.conns[w], self.segment.fd, self.processes[w].pid)
+        except (BrokenPipeError, ConnectionResetError):
+            self.raise_died(w, during)
 
     def restart(self, w: int, deadline: float | None) -> None:
         """Replace dead worker ``w`` by a new process that builds the same envs and maps the segment."""
@@ -146,11 +171,12 @@ class WorkerPool:
         old.join(1.0)
         old.close()
         self.conns[w].close()
+        self.conns[w] = self.processes[w] = None  # until the new one has started
         self._start_process(w)
         reply = self.recv(w, deadline, Phase.RESTART)
         if reply[0] == "error":
             raise remote_error(reply[1])
-        self._send_segment(w)
+        self._send_segment(w, Phase.RESTART)
         self.recv(w, deadline, Phase.RESTART)
 
     # -- messages and liveness --------------------------------------------------------------------
@@ -178,9 +204,8 @@ class WorkerPool:
         process = self.processes[w]
         process.join(1.0)
         envs = self.env_indices(w)
-        running = ""
-        if self.buffers is not None and during.runs_envs:
-            running = f"; env {int(self.buffers.progress[w])} was running"
+        running = self.running_env(w, during)
+        running = "" if running is None else f"; env {running} was running"
         raise WorkerDiedError(
             f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
@@ -203,12 +228,21 @@ class WorkerPool:
             'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
         )
 
+    def running_env(self, w: int, during: Phase) -> int | None:
+        """The env worker ``w`` was stepping or resetting (it records each before starting it), or
+        None: between commands, or not yet started on one."""
+        if self.buffers is None or not during.runs_envs:
+            return None
+        env = int(self.buffers.progress[w])
+        start, stop = self.slices[w]
+        return env if start <= env < stop else None
+
     def raise_timeout(self, workers: list[int], during: Phase) -> None:
         self.stuck.update(workers)
-        if self.buffers is not None and during.runs_envs:
-            envs = [int(self.buffers.progress[w]) for w in workers]
-        else:
-            envs = [i for w in workers for i in self.env_indices(w)]
+        envs = []
+        for w in workers:
+            running = self.running_env(w, during)
+            envs += self.env_indices(w) if running is None else [running]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
             envs,
@@ -230,7 +264,8 @@ class WorkerPool:
         self._ask_to_close()
         self._reap()
         for conn in self.conns:
-            conn.close()
+            if conn is not None:  # None: a worker whose start failed
+                conn.close()
         for bell in [*self.doorbells, self.done_bell]:
             bell.close()
         self.claims.close()  # before the buffers go: lent async batches then give nothing back
@@ -243,12 +278,13 @@ class WorkerPool:
         if self.buffers is None:  # still in the start-up handshake
             for conn in self.conns:
                 try:
-                    conn.send(("close",))
+                    if conn is not None:
+                        conn.send(("close",))
                 except OSError:
                     pass
             return
         for w, process in enumerate(self.processes):
-            if w not in self.stuck and process.exitcode is None:
+            if process is not None and w not in self.stuck and process.exitcode is None:
                 self.buffers.cmd[w] = Command.CLOSE
                 self.buffers.cmd_seq[w] += 1
                 self.doorbells[w].ring()
@@ -256,11 +292,12 @@ class WorkerPool:
     def _reap(self) -> None:
         """Join within a grace period; terminate, then kill, whatever is still running."""
         deadline = time.monotonic() + CLOSE_GRACE_SECONDS
-        for w, process in enumerate(self.processes):
+        started = [(w, process) for w, process in enumerate(self.processes) if process is not None]
+        for w, process in started:
             if w in self.stuck:
                 process.terminate()
             process.join(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
+        for _, process in started:
             if process.exitcode is None:
                 process.terminate()
                 process.join(1.0)

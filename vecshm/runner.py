@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers, action_dtypes
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, Buffers, action_dtypes
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
@@ -109,6 +109,7 @@ class EnvRunner:
         self.buffers.status[me] = status
         if unit is not None:
             self.buffers.unit_worker[unit] = me
+        self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
         self.buffers.done_seq[me] = seq
         self.spec.done_bell.ring()
         # Anything large goes after the bell, so the parent is already reading when we send.
@@ -185,6 +186,7 @@ class EnvRunner:
                     self.ahead[offset] = env.reset()
                 except Exception as exc:
                     self.ahead[offset] = exc
+                self.buffers.progress[self.spec.index] = NO_ENV
 
     def _reset_ended(self, offset: int, env: gym.Env) -> tuple[Any, dict[str, Any]]:
         """NEXT_STEP's reset of an ended episode: the one done ahead, else now."""

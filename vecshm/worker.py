@@ -25,7 +25,7 @@ import gymnasium as gym
 import psutil
 
 from vecshm.affinity import apply_worker_settings
-from vecshm.buffers import Buffers, BufferSpec
+from vecshm.buffers import NO_ENV, Buffers, BufferSpec
 from vecshm.errors import RemoteError
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
@@ -81,6 +81,7 @@ def worker_main(spec: WorkerSpec) -> None:
     size = buffer_spec.plan().size
     segment = Segment.attach(reduction.recv_handle(conn), size) if name is None else NamedSegment.attach(name, size)
     buffers = Buffers(buffer_spec, segment)
+    buffers.progress[spec.index] = NO_ENV  # the segment starts zeroed: env 0 is not running here
     # Commands start after "attached" reaches the parent; a restarted worker must not replay the
     # command its predecessor died in, so the first command to serve is the next one.
     seen = int(buffers.cmd_seq[spec.index])

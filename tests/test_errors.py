@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from vecshm import (
     FailedError,
     NoAsyncCallError,
     ShmVecEnv,
+    ShmVectorEnv,
     StepTimeoutError,
     WorkerDiedError,
     WorkerError,
@@ -240,6 +242,24 @@ def test_a_worker_that_cannot_be_started_is_named_and_the_started_ones_end(monke
         ShmVecEnv([healthy] * 4, envs_per_worker=1, start_method="forkserver")
     assert info.value.env_indices == [2]
     assert starts == ["vecshm-worker-0", "vecshm-worker-1", "vecshm-worker-2"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_a_hung_env_times_out_though_other_envs_keep_filling_async_batches(cls, no_leaks):
+    """Without a check of commands in flight, the healthy envs fill every batch and the hung one
+    silently drops out: its step_timeout must still end the loop, naming it."""
+    venv = cls(four_envs("hang", bad_index=2, fail_at=2), envs_per_worker=1, batch_size=2, step_timeout=1.0)
+    venv.async_reset()
+    end = time.monotonic() + 60  # a bound for the test, not a synchronisation
+    with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\]") as info:
+        while time.monotonic() < end:
+            env_ids = venv.recv()[-1]
+            venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    assert info.value.env_indices == [2]
+    with pytest.raises(FailedError):
+        venv.recv()
+    venv.close()
 
 
 @pytest.mark.timeout(120)

@@ -218,6 +218,7 @@ class Engine:
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
         self._next_death_check = 0.0
+        self._sent_at = [0.0] * self.num_workers  # per worker: when its command was submitted (with a timeout)
 
     def _ring_unit_rows(self, obs_leaves: list[Any]) -> int:
         """Rows per unit of the async ring (see :mod:`vecshm.ring`), or 0 to copy async batches instead.
@@ -316,6 +317,10 @@ class Engine:
                 b.obs_slot[w] = slot
                 b.cmd[w] = int(command)
                 b.cmd_seq[w] += 1
+        if self.timeout is not None:  # when each command started, for the timeout of commands others outrun
+            now = time.monotonic()
+            for w in ids:
+                self._sent_at[w] = now
         for w in ids:
             self.pool.doorbells[w].ring()
 
@@ -452,6 +457,7 @@ class Engine:
             self.pool.done_bell.take()
             if check():
                 self._spinner.record(time.perf_counter() - started)
+                self._check_deaths(during)
                 return result
             for fd in ended:
                 w = self._sentinels[fd]
@@ -464,18 +470,27 @@ class Engine:
                 self.pool.raise_timeout(pending.tolist(), during)
 
     def _check_deaths(self, during: Phase) -> None:
-        """Every ``DEATH_CHECK_SECONDS``, look for a dead worker even though results keep coming.
+        """Every ``DEATH_CHECK_SECONDS``, look for a dead worker, or one whose command has run
+        past the timeout, even though results keep coming.
 
         Async batches take whichever workers finish first: without this, the others could fill
-        every batch while a dead worker's envs silently drop out. (With the restart policy a death
-        is handled when a wait blocks, where the restarted envs' episodes can be ended in order.)
+        every batch while a dead or hung worker's envs silently drop out. (With the restart policy
+        a death is handled when a wait blocks, where the restarted envs' episodes can be ended in
+        order.)
         """
         now = time.monotonic()
-        if self._restart_workers or now < self._next_death_check:
+        if now < self._next_death_check:
             return
         self._next_death_check = now + DEATH_CHECK_SECONDS
-        for fd in self._watch.wait(0):
-            self.pool.raise_died(self._sentinels[fd], during)
+        if not self._restart_workers:
+            for fd in self._watch.wait(0):
+                self.pool.raise_died(self._sentinels[fd], during)
+        if self.timeout is not None:
+            b = self.buffers
+            running = np.flatnonzero(b.done_seq != b.cmd_seq).tolist()
+            late = [w for w in running if now - self._sent_at[w] > self.timeout]
+            if late:
+                self.pool.raise_timeout(late, during)
 
     def _restart(self, w: int, during: Phase, deadline: float | None) -> None:
         """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""

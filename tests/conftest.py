@@ -189,6 +189,31 @@ def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
         assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"
 
 
+def assert_histories_match_a_sync_run(fns: list[Any], histories: dict[int, list], action: Any, where: str = "") -> None:
+    """Each env's ``(obs, reward, terminated, truncated)`` history, as an async run recorded it,
+    equal to the same envs stepped synchronously by Gymnasium's ``SyncVectorEnv`` (reset with
+    seed 0, env ``i`` given ``action(i, k)`` on its ``k``-th step)."""
+    from collections import defaultdict
+
+    from gymnasium.vector import SyncVectorEnv
+    from gymnasium.vector.utils import iterate
+
+    reference = SyncVectorEnv(fns)
+    obs, _ = reference.reset(seed=0)
+    expected = defaultdict(list)
+    for i, row in enumerate(iterate(reference.observation_space, obs)):
+        expected[i].append((row, np.float64(0.0), np.False_, np.False_))
+    for k in range(max(len(h) for h in histories.values())):
+        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(len(fns))]))
+        for i, row in enumerate(iterate(reference.observation_space, obs)):
+            expected[i].append((row, rewards[i], terminations[i], truncations[i]))
+    reference.close()
+    for i, history in histories.items():
+        for t, (got, want) in enumerate(zip(history, expected[i])):
+            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs{where}")
+            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}{where}"
+
+
 class AddInfoBatch:
     """A stand-in vector env of ``num_envs`` envs, to call Gymnasium's own ``VectorEnv._add_info``."""
 

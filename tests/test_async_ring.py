@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
+from conftest import SPACES, assert_histories_match_a_sync_run, assert_tree_equal, make_space_env, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -87,21 +87,8 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, 
             envs.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
         envs.recv()
     assert lent >= 1, "no batch was lent"
-    reference = SyncVectorEnv(space_fns(key))
-    obs, _ = reference.reset(seed=0)
-    expected = defaultdict(list)
-    for i, row in enumerate(iterate(reference.observation_space, obs)):
-        expected[i].append((row, np.float64(0.0), np.False_, np.False_))
-    for k in range(max(len(h) for h in histories.values())):
-        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(N_ENVS)]))
-        for i, row in enumerate(iterate(reference.observation_space, obs)):
-            expected[i].append((row, rewards[i], terminations[i], truncations[i]))
-    reference.close()
     assert all(len(h) >= 5 for h in histories.values()), "every env must have been stepped"
-    for i, history in histories.items():
-        for t, (got, want) in enumerate(zip(history, expected[i])):
-            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs")
-            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
+    assert_histories_match_a_sync_run(space_fns(key), histories, action)
 
 
 @pytest.mark.parametrize(("per_worker", "batch"), [(2, 3), (3, 2), (3, 4)])

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
+from conftest import SPACES, assert_histories_match_a_sync_run, assert_tree_equal, make_space_env, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -140,20 +140,9 @@ def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, mon
             send_in_parts(envs, env_ids, histories, rng)
         while envs._batches.active:
             envs.recv()
-    reference = SyncVectorEnv(space_fns(key, n))
-    obs, _ = reference.reset(seed=0)
-    expected = defaultdict(list)
-    for i, row in enumerate(iterate(reference.observation_space, obs)):
-        expected[i].append((row, np.float64(0.0), np.False_, np.False_))
-    for k in range(max(len(h) for h in histories.values())):
-        obs, rewards, terminations, truncations, _ = reference.step(np.array([action(i, k) for i in range(n)]))
-        for i, row in enumerate(iterate(reference.observation_space, obs)):
-            expected[i].append((row, rewards[i], terminations[i], truncations[i]))
-    reference.close()
-    for i, history in histories.items():
-        for t, (got, want) in enumerate(zip(history, expected[i])):
-            assert_tree_equal(got[0], want[0], f"env {i} step {t} obs ({key}, {n} envs, {per_worker} per worker)")
-            assert got[1:] == pytest.approx(want[1:], abs=0), f"env {i} step {t}"
+    assert_histories_match_a_sync_run(
+        space_fns(key, n), histories, action, f" ({key}, {n} envs, {per_worker} per worker)"
+    )
 
 
 @pytest.mark.parametrize(("ring", "batch"), [(False, 5), (True, 4), (True, 5)])

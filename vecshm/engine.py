@@ -55,7 +55,7 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 # end with 1 ms, 1.42x with this cap), while a loop with no learner work turns a step round mostly
 # within it (zero-compute throughput: about 3% less). Only the automatic setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
-DEATH_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead workers
+WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 
 
@@ -217,7 +217,7 @@ class Engine:
         self._previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
         self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
-        self._next_death_check = 0.0
+        self._next_worker_check = 0.0
         self._sent_at = [0.0] * self.num_workers  # per worker: when its command was submitted (with a timeout)
 
     def _ring_unit_rows(self, obs_leaves: list[Any]) -> int:
@@ -435,7 +435,7 @@ class Engine:
         b = self.buffers
         result = ready()
         if result is not None:  # already there (async batches often find finished workers)
-            self._check_deaths(during)
+            self._check_workers(during)
             return result
 
         def check() -> bool:
@@ -449,7 +449,7 @@ class Engine:
         limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
         if self._spinner.spin(check, limit):
             self._spinner.record(time.perf_counter() - started)
-            self._check_deaths(during)
+            self._check_workers(during)
             return result
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -457,7 +457,7 @@ class Engine:
             self.pool.done_bell.take()
             if check():
                 self._spinner.record(time.perf_counter() - started)
-                self._check_deaths(during)
+                self._check_workers(during)
                 return result
             for fd in ended:
                 w = self._sentinels[fd]
@@ -469,8 +469,8 @@ class Engine:
                 pending = workers[b.done_seq[workers] != expected]
                 self.pool.raise_timeout(pending.tolist(), during)
 
-    def _check_deaths(self, during: Phase) -> None:
-        """Every ``DEATH_CHECK_SECONDS``, look for a dead worker, or one whose command has run
+    def _check_workers(self, during: Phase) -> None:
+        """Every ``WORKER_CHECK_SECONDS``, look for a dead worker, or one whose command has run
         past the timeout, even though results keep coming.
 
         Async batches take whichever workers finish first: without this, the others could fill
@@ -479,9 +479,9 @@ class Engine:
         order.)
         """
         now = time.monotonic()
-        if now < self._next_death_check:
+        if now < self._next_worker_check:
             return
-        self._next_death_check = now + DEATH_CHECK_SECONDS
+        self._next_worker_check = now + WORKER_CHECK_SECONDS
         if not self._restart_workers:
             for fd in self._watch.wait(0):
                 self.pool.raise_died(self._sentinels[fd], during)

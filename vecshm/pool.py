@@ -116,11 +116,13 @@ class WorkerPool:
             spec.conn = None  # type: ignore[assignment]
         self.conns[w], self.processes[w] = parent_conn, process
 
-    def send(self, w: int, message: Any, during: Phase) -> None:
-        """Send worker ``w`` a message. A worker that died has closed its end: that is a
-        ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
+    def send(self, w: int, message: Any, during: Phase, handle: int | None = None) -> None:
+        """Send worker ``w`` a message, and then the descriptor ``handle`` if given. A worker that
+        died has closed its end: that is a ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
         try:
             self.conns[w].send(message)
+            if handle is not None:
+                reduction.send_handle(self.conns[w], handle, self.processes[w].pid)
         except (BrokenPipeError, ConnectionResetError):
             self.raise_died(w, during)
 
@@ -158,12 +160,8 @@ class WorkerPool:
         """Tell worker ``w`` where the segment is: its descriptor (native) or its name (portable)."""
         if isinstance(self.segment, NamedSegment):
             self.send(w, ("attach", self.buffer_spec, self.segment.name), during)
-            return
-        self.send(w, ("attach", self.buffer_spec, None), during)
-        try:
-            reduction.send_handle(self.conns[w], self.segment.fd, self.processes[w].pid)
-        except (BrokenPipeError, ConnectionResetError):
-            self.raise_died(w, during)
+        else:
+            self.send(w, ("attach", self.buffer_spec, None), during, handle=self.segment.fd)
 
     def restart(self, w: int, deadline: float | None) -> None:
         """Replace dead worker ``w`` by a new process that builds the same envs and maps the segment."""

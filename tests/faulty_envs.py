@@ -58,6 +58,10 @@ class FaultyEnv(gym.Env):
             return np.zeros(3, np.complex64), 0.0, False, False, {}
         if self.fault == "bad_type":
             return "not an array", 0.0, False, False, {}
+        if self.fault == "bad_reward":
+            return np.zeros(3, np.float32), np.array([1.0, 2.0]), False, False, {}
+        if self.fault == "text_reward":
+            return np.zeros(3, np.float32), "high", False, False, {}
         return np.zeros(3, np.float32), 0.0, False, False, {}
 
 

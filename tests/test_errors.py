@@ -134,6 +134,18 @@ def test_calls_out_of_order_and_after_close(no_leaks):
 # -- env exceptions -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fault, name", [("bad_reward", "reward=array"), ("text_reward", "reward='high'")])
+def test_a_reward_that_is_not_a_number_names_its_env(fault, name, no_leaks):
+    """A worker writes its envs' rewards and flags together; the error names the env that broke
+    the write, not the first env of that worker."""
+    with ShmVecEnv(four_envs(fault, bad_index=3, fail_at=2), envs_per_worker=2) as venv:
+        message = f"env 3 raised .*step\\(\\) returned {name}.*not a single number"
+        with pytest.raises(WorkerError, match=message) as info:
+            step_until_error(venv)
+        assert info.value.env_index == 3 and info.value.errors == [info.value]
+        assert isinstance(info.value, ValueError)
+
+
 def test_exception_in_step_names_env_and_keeps_the_traceback(no_leaks):
     venv = ShmVecEnv(four_envs("raise", bad_index=2), envs_per_worker=2)
     with pytest.raises(WorkerError) as info:

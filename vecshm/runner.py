@@ -149,11 +149,35 @@ class EnvRunner:
             b.rewards[start:stop] = rewards
             b.terminated[start:stop] = terminated
             b.truncated[start:stop] = truncated
-        except Exception as exc:  # a reward or flag that is not a number
-            failures.append(RemoteError(exc, start, Phase.STEP))
+        except Exception:  # a reward or flag that is not a number: find whose
+            failures += self._unwritable_scalars(rewards, terminated, truncated)
         if failures:
             raise _EnvFailure(failures)
         return observations
+
+    def _unwritable_scalars(self, rewards: list[Any], terminated: list[Any], truncated: list[Any]) -> list[RemoteError]:
+        """A record naming each env whose reward or flag its column cannot hold (the slow path,
+        once writing them all at once failed): a number each, as the peers' arrays need."""
+        b = self.buffers
+        columns = (
+            ("reward", b.rewards, rewards),
+            ("terminated", b.terminated, terminated),
+            ("truncated", b.truncated, truncated),
+        )
+        records = []
+        for offset in range(len(self.envs)):
+            index = self.start + offset
+            for name, column, values in columns:
+                try:
+                    column[index] = values[offset]
+                except Exception as exc:
+                    problem = ValueError(
+                        f"step() returned {name}={values[offset]!r:.100} ({type(values[offset]).__name__}), "
+                        f"which is not a single number: {exc}"
+                    )
+                    records.append(RemoteError(problem, index, Phase.STEP))
+                    break
+        return records
 
     def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
         """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""

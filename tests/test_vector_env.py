@@ -149,6 +149,38 @@ def test_gymnasium_wrappers_work_on_top():
         envs.close()
 
 
+VECTOR_WRAPPERS = {
+    "RecordEpisodeStatistics": ("CartPole-v1", lambda envs: gym.wrappers.vector.RecordEpisodeStatistics(envs)),
+    "NormalizeObservation": ("CartPole-v1", lambda envs: gym.wrappers.vector.NormalizeObservation(envs)),
+    "NormalizeReward": ("CartPole-v1", lambda envs: gym.wrappers.vector.NormalizeReward(envs)),
+    "RescaleAction": ("Pendulum-v1", lambda envs: gym.wrappers.vector.RescaleAction(envs, -1.0, 1.0)),
+    "FlattenObservation": ("Blackjack-v1", lambda envs: gym.wrappers.vector.FlattenObservation(envs)),
+    "DtypeObservation": ("CartPole-v1", lambda envs: gym.wrappers.vector.DtypeObservation(envs, np.float64)),
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(VECTOR_WRAPPERS))
+def test_gymnasium_vector_wrappers_give_what_they_give_on_sync_vector_env(wrapper, no_leaks):
+    """Gymnasium's own vector wrappers read the vector env's spaces, metadata and infos: over
+    ShmVectorEnv they return what they return over SyncVectorEnv, step for step (episodes end)."""
+    env_id, wrap = VECTOR_WRAPPERS[wrapper]
+    fns = [lambda: gym.make(env_id) for _ in range(3)]
+    ours, reference = wrap(ShmVectorEnv(fns, envs_per_worker=2)), wrap(SyncVectorEnv(fns))
+    try:
+        assert ours.observation_space == reference.observation_space
+        assert_tree_equal(ours.reset(seed=3), reference.reset(seed=3), "reset")
+        ours.action_space.seed(5)
+        for t in range(210):  # Pendulum truncates at 200
+            actions = ours.action_space.sample()
+            a, b = ours.step(actions), reference.step(actions)
+            for step_infos in (a[4], b[4]):  # an episode's wall-clock time is the one thing that differs
+                step_infos.get("episode", {}).pop("t", None)
+            assert_tree_equal(a, b, f"step {t}")
+    finally:
+        ours.close()
+        reference.close()
+
+
 def test_make_vec_builds_wrapped_envs_like_gymnasium():
     from vecshm import make_vec
 

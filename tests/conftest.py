@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections import defaultdict
 from typing import Any
 
 import gymnasium as gym
@@ -12,6 +13,8 @@ import numpy as np
 import psutil
 import pytest
 from gymnasium import spaces
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import iterate
 
 # Worker processes on a loaded 2-core CI machine can be slow to start; no test relies on timing,
 # these only bound how long a broken build may hang.
@@ -193,11 +196,6 @@ def assert_histories_match_a_sync_run(fns: list[Any], histories: dict[int, list]
     """Each env's ``(obs, reward, terminated, truncated)`` history, as an async run recorded it,
     equal to the same envs stepped synchronously by Gymnasium's ``SyncVectorEnv`` (reset with
     seed 0, env ``i`` given ``action(i, k)`` on its ``k``-th step)."""
-    from collections import defaultdict
-
-    from gymnasium.vector import SyncVectorEnv
-    from gymnasium.vector.utils import iterate
-
     reference = SyncVectorEnv(fns)
     obs, _ = reference.reset(seed=0)
     expected = defaultdict(list)

@@ -79,6 +79,8 @@ class AsyncBatches:
         self.slot = 0 if self.ring is None else CLAIM  # where workers write an async command's observations
         if self.ring is not None:
             self.ring.use(units_spanned(self.batch_size, size))
+        # with envs left in flight, the parent works while workers step (see vecshm.balance)
+        self._balance = engine.balance if self.batch_size < n else None
 
     @property
     def active(self) -> bool:
@@ -129,6 +131,8 @@ class AsyncBatches:
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
         need = min(self.batch_size, out)
+        if self._balance is not None:
+            self._balance.tick()
         if ring is not None:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
                 done, extras = self.engine.collect_units(ring.next_units(need // ring.unit_rows), pending, timeout)

@@ -81,6 +81,7 @@ class BufferSpec:
             ("status", (w,), np.dtype(np.int64)),
             ("progress", (w,), np.dtype(np.int64)),
             ("obs_slot", (w,), np.dtype(np.int64)),
+            ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
             ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("terminated", (n,), np.dtype(np.bool_)),
@@ -131,6 +132,7 @@ class Buffers:
         self.status = views["status"]
         self.progress = views["progress"]
         self.obs_slot = views["obs_slot"]
+        self.busy = views["busy"]
         self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
         self.terminated = views["terminated"]

@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from vecshm.actions import ActionWriter
 from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
+from vecshm.balance import CoreBalance
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import (
     ClosedError,
@@ -189,6 +190,13 @@ class Engine:
             raise
         if parent_cores is not None:  # after the workers exist, so that none inherits it
             os.sched_setaffinity(0, parent_cores)
+        placed = cpu_affinity is not None or parent_cores is not None  # the caller's placement stays as it is
+        pool = self.pool  # not self: the balance must not keep the engine alive
+
+        def worker_pids() -> list[int]:
+            return [process.pid for process in pool.processes]
+
+        self.balance = CoreBalance(usable_cores(), self.buffers.busy, worker_pids, enabled=not placed)
 
     def _start(self, info_bytes: int, check_spaces: Callable[[list[Any]], None]) -> None:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
@@ -260,6 +268,8 @@ class Engine:
             self._slots.close()
         if getattr(self, "ring", None) is not None:
             self.ring.close()
+        if hasattr(self, "balance"):
+            self.balance.close()
         self._finalizer()
 
     @property
@@ -272,10 +282,12 @@ class Engine:
         """Write one row of ``actions`` per env and start a step on every worker; ``wait_all``
         returns its results (``copy``: observations the caller owns; else views of slot 0)."""
         dynamic = self.write_actions(actions)
+        self.balance.release()  # every worker runs at once: every core for them
         self.start_step(self.all_workers, self._batch_slot(copy), dynamic)
 
     def send_reset(self, requests: list[dict[str, Any] | None], copy: bool) -> None:
         """Start a reset of every worker (see :meth:`send_resets`); ``wait_all`` returns its results."""
+        self.balance.release()
         self.send_resets(requests, self.all_workers, self._batch_slot(copy))
 
     def _batch_slot(self, copy: bool) -> int:
@@ -448,7 +460,7 @@ class Engine:
         # worker, a spinning parent would steal from them, so only short waits are spun.
         limit = None if len(workers) < self._cores else OVERSUBSCRIBED_SPIN_SECONDS
         if self._spinner.spin(check, limit):
-            self._spinner.record(time.perf_counter() - started)
+            self._waited(started)
             self._check_workers(during)
             return result
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -456,7 +468,7 @@ class Engine:
             ended = self._watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             self.pool.done_bell.take()
             if check():
-                self._spinner.record(time.perf_counter() - started)
+                self._waited(started)
                 self._check_workers(during)
                 return result
             for fd in ended:
@@ -468,6 +480,13 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 pending = workers[b.done_seq[workers] != expected]
                 self.pool.raise_timeout(pending.tolist(), during)
+
+    def _waited(self, started: float) -> None:
+        """A wait that began at ``started`` has ended: the spinner learns its length, and
+        the core balance (see :mod:`vecshm.balance`) that the parent was not working meanwhile."""
+        waited = time.perf_counter() - started
+        self._spinner.record(waited)
+        self.balance.waited(waited)
 
     def _check_workers(self, during: Phase) -> None:
         """Every ``WORKER_CHECK_SECONDS``, look for a dead worker, or one whose command has run

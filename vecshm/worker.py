@@ -183,15 +183,19 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
     runner = EnvRunner(spec, envs, buffers)
     spinner = Spinner(spec.spin_seconds)
     me = spec.index
-    cmd_seq = buffers.cmd_seq
+    cmd_seq, busy = buffers.cmd_seq, buffers.busy
+    busy_since = None
     while True:
         idle_since = time.perf_counter()
+        if busy_since is not None:  # the command just run, for the parent's core balance (vecshm.balance)
+            busy[me] += idle_since - busy_since
         if cmd_seq[me] == seen:
             spinner.spin(lambda seen=seen: cmd_seq[me] != seen)
         while cmd_seq[me] == seen:
             if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
                 return
-        spinner.record(time.perf_counter() - idle_since)
+        busy_since = time.perf_counter()
+        spinner.record(busy_since - idle_since)
         seen = int(cmd_seq[me])
         command = Command(int(buffers.cmd[me]))
         if command is Command.CLOSE:

@@ -1,0 +1,223 @@
+"""The parent's core during async batches (:mod:`vecshm.balance`): the workers leave it while the
+parent's work measures heavy against theirs, come back when it measures light, and come back at
+once for a synchronous command; a caller's own placement is never touched."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
+from vecshm import ShmVecEnv, ShmVectorEnv, balance
+from vecshm.affinity import usable_cores
+from vecshm.balance import CoreBalance
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(usable_cores()) < 2, reason="needs sched_setaffinity and 2+ cores"
+)
+
+CORES = usable_cores()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The balance's clock, and no gap between batches taken for a pause (but in the pause test)."""
+    clock = Clock()
+    monkeypatch.setattr(balance.time, "perf_counter", clock)
+    monkeypatch.setattr(balance, "PAUSE_SECONDS", math.inf)
+    return clock
+
+
+@pytest.fixture
+def idle_processes():
+    """Two processes that only wait, to be moved between cores."""
+    processes = [
+        subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    yield processes
+    for process in processes:
+        process.stdin.close()
+        process.wait()
+
+
+def cores_of(pids: list[int]) -> list[list[int]]:
+    return [sorted(os.sched_getaffinity(pid)) for pid in pids]
+
+
+def window(core_balance: CoreBalance, clock: Clock, busy: np.ndarray, parent: float, workers: float) -> None:
+    """One balance window of a second: the parent worked ``parent`` seconds of it (waited the
+    rest), the workers ``workers`` seconds in all."""
+    clock.now += 1.0
+    core_balance.waited(1.0 - parent)
+    busy[0] += workers
+    core_balance.tick()
+
+
+def test_workers_leave_the_parents_core_while_its_work_is_heavy_and_come_back(clock, idle_processes):
+    pids = [p.pid for p in idle_processes]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance.tick()  # the first batch opens the first window
+    assert cores_of(pids) == [CORES, CORES]
+    spare = len(CORES) - 1
+
+    window(core_balance, clock, busy, parent=0.5, workers=0.5 * spare)  # ratio 1
+    assert core_balance.reserved and cores_of(pids) == [CORES[1:], CORES[1:]]
+    window(core_balance, clock, busy, parent=0.2, workers=0.6 * spare)  # ratio 3: between, no change
+    assert core_balance.reserved and cores_of(pids) == [CORES[1:], CORES[1:]]
+    window(core_balance, clock, busy, parent=0.2, workers=0.8 * spare)  # ratio 4
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+    window(core_balance, clock, busy, parent=0.2, workers=0.6 * spare)  # ratio 3 again: still no change
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+
+
+def test_a_window_shorter_than_balance_seconds_decides_nothing(clock, idle_processes):
+    pids = [p.pid for p in idle_processes]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance.tick()
+    clock.now += balance.BALANCE_SECONDS / 2
+    core_balance.tick()
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+
+
+def test_a_window_that_spans_a_pause_is_dropped(clock, idle_processes, monkeypatch):
+    """A caller that paused worked, but not while workers stepped: only batches after the pause count."""
+    monkeypatch.setattr(balance, "PAUSE_SECONDS", 0.5)
+    pids = [p.pid for p in idle_processes]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance.tick()
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)  # a second since the last batch: a pause
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+    clock.now += 0.4
+    core_balance.tick()  # 0.4 s of batches since the pause
+    assert core_balance.reserved and cores_of(pids) == [CORES[1:], CORES[1:]]
+
+
+def test_release_gives_every_core_back_and_starts_a_new_window(clock, idle_processes):
+    pids = [p.pid for p in idle_processes]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance.tick()
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)
+    assert cores_of(pids) == [CORES[1:], CORES[1:]]
+    core_balance.release()
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)  # opens a window, decides nothing
+    assert cores_of(pids) == [CORES, CORES]
+
+
+def test_a_worker_started_since_is_moved_too_and_one_gone_is_skipped(clock, idle_processes):
+    first, second = (p.pid for p in idle_processes)
+    pids = [first]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance.tick()
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)
+    assert cores_of([first, second]) == [CORES[1:], CORES]
+    idle_processes[0].stdin.close()
+    idle_processes[0].wait()
+    pids[:] = [second]  # as a restart replaces a worker
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)
+    assert cores_of([second]) == [CORES[1:]]
+    core_balance.release()
+    assert cores_of([second]) == [CORES]
+
+
+def test_disabled_it_moves_nothing(clock, idle_processes):
+    pids = [p.pid for p in idle_processes]
+    busy = np.zeros(2)
+    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=False)
+    for _ in range(3):
+        window(core_balance, clock, busy, parent=1.0, workers=0.0)
+    assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
+
+
+# -- on vec envs ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def always_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch decides, and every decision gives the parent its core."""
+    monkeypatch.setattr(balance, "BALANCE_SECONDS", 0.0)
+    monkeypatch.setattr(balance, "RESERVE_BELOW", math.inf)
+
+
+def frame_fns(n: int = 4) -> list:
+    return [lambda: gym.make("vecshm/Frames-v0") for _ in range(n)]
+
+
+def run_batches(env, batches: int = 3) -> None:
+    env.async_reset()
+    for _ in range(batches):
+        env.send(np.zeros(2, dtype=np.int64), env.recv()[-1])
+    env.recv()
+    env.recv()
+
+
+@pytest.mark.parametrize("cls", [ShmVectorEnv, ShmVecEnv])
+def test_async_batches_move_the_workers_and_a_synchronous_step_moves_them_back(cls, always_reserve):
+    env = cls(frame_fns(), batch_size=2, envs_per_worker=2)
+    try:
+        pids = [p.pid for p in env.processes]
+        run_batches(env)
+        assert cores_of(pids) == [CORES[1:], CORES[1:]]
+        env.reset()
+        assert cores_of(pids) == [CORES, CORES]
+        run_batches(env)
+        assert cores_of(pids) == [CORES[1:], CORES[1:]]
+        env.step(np.zeros(4, dtype=np.int64))
+        assert cores_of(pids) == [CORES, CORES]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("placement", [{"cpu_affinity": [CORES]}, {"pin_parent": CORES}])
+def test_a_callers_placement_is_left_alone(placement, always_reserve):
+    env = ShmVectorEnv(frame_fns(), batch_size=2, envs_per_worker=2, **placement)
+    try:
+        pids = [p.pid for p in env.processes]
+        run_batches(env)
+        assert cores_of(pids) == [CORES, CORES]
+    finally:
+        env.close()
+
+
+def test_batches_of_every_env_leave_nothing_in_flight_and_move_nothing(always_reserve):
+    env = ShmVectorEnv(frame_fns(), batch_size=4, envs_per_worker=2)
+    try:
+        pids = [p.pid for p in env.processes]
+        env.async_reset()
+        for _ in range(3):
+            env.send(np.zeros(4, dtype=np.int64), env.recv()[-1])
+        env.recv()
+        assert cores_of(pids) == [CORES, CORES]
+    finally:
+        env.close()
+
+
+def test_workers_count_the_time_they_spend_on_commands():
+    env = ShmVectorEnv(frame_fns(), envs_per_worker=2)
+    try:
+        env.reset()
+        env.step(np.zeros(4, dtype=np.int64))
+        # each worker adds a command's time before it waits for the next: the reset's is in by now
+        assert (env._engine.buffers.busy > 0).all()
+    finally:
+        env.close()

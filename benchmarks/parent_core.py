@@ -1,31 +1,35 @@
 """The parent's core during async batches (:mod:`vecshm.balance`): unpinned, balanced, reserved.
 
-For each workload, async batches of half the envs (the bench's ``recv``/``send`` loop) with the
-workers on every core (``cpu_affinity=[usable_cores()]``, which turns the balance off), with the
-default balance, and with the workers always off the first core (``cpu_affinity=[cores[1:]]``),
-and the synchronous mode beside them, interleaved; 1 s of warm-up, then ``--seconds`` per round.
-The last column is the ratio the balance measured (the workers' busy time per remaining core
-over the parent's; it gives the parent a core below ``RESERVE_BELOW``)::
+For each workload, the bench's async system (batches of half the envs, ``recv`` then ``send``)
+with the workers on every core (``cpu_affinity=[usable_cores()]``, which turns the balance off),
+with the default balance, and with the workers always off the first core
+(``cpu_affinity=[cores[1:]]``), and the bench's synchronous ``ShmVectorEnv`` beside them, measured
+by the bench's own interleaved rounds (``vecshm.bench.runner.run_case``). The last column is the
+ratio the balance measured last (the workers' busy time per remaining core over the parent's; it
+gives the parent a core below ``RESERVE_BELOW``)::
 
     python benchmarks/parent_core.py                      # frames, dict, vector, busy 5/15/40 us
-    python benchmarks/parent_core.py -w pong -n 8 -r 3
+    python benchmarks/parent_core.py -w pong busy200 -r 3
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from typing import Any
+from collections.abc import Callable
 
-import numpy as np
-
-from vecshm import ShmVectorEnv
 from vecshm.affinity import usable_cores
+from vecshm.bench.runner import run_case
+from vecshm.bench.systems import Stepper, System, _shm_async, _shm_vector
 from vecshm.bench.workloads import Workload, get_workload
 
-BUSY = {f"busy{us}": us for us in (5, 15, 40)}  # vecshm/Busy-v0 at this many us per step
-ARRANGEMENTS = ("sync", "async unpinned", "async balanced (default)", "async parent's core reserved")
+BUSY = {f"busy{us}": us for us in (5, 15, 40, 200)}  # vecshm/Busy-v0 at this many us per step
+SYNC, UNPINNED, BALANCED, RESERVED = (
+    "sync",
+    "async unpinned",
+    "async balanced (default)",
+    "async parent's core reserved",
+)
 
 
 def workload_of(name: str) -> Workload:
@@ -34,68 +38,51 @@ def workload_of(name: str) -> Workload:
     return get_workload(name)
 
 
-def build(workload: Workload, n: int, arrangement: str) -> ShmVectorEnv:
-    cores = usable_cores()
-    placement: dict[str, Any] = {
-        "async unpinned": {"cpu_affinity": [cores]},
-        "async parent's core reserved": {"cpu_affinity": [cores[1:]]},
-    }.get(arrangement, {})
-    batch = None if arrangement == "sync" else n // 2
-    return ShmVectorEnv(workload.factories(n), batch_size=batch, **placement)
+def recording_ratio(build: Callable[[Workload, int], Stepper], ratios: dict[str, float | None]) -> Callable:
+    """``build``, whose vec env leaves its balance's last ratio in ``ratios[workload]`` when closed."""
 
+    def build_and_record(workload: Workload, n_envs: int) -> Stepper:
+        stepper = build(workload, n_envs)
+        close = stepper.close
 
-def rate(env: ShmVectorEnv, actions: list[np.ndarray], seconds: float) -> float:
-    """Env-steps/s over ``seconds`` of the loop (sync steps, or recv then send)."""
-    n, k, steps, started = env.num_envs, 0, 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        if env._batches.batch_size == n:
-            env.step(actions[k % len(actions)])
-            steps += n
-        else:
-            ids = env.recv()[-1]
-            env.send(actions[k % len(actions)][ids], ids)
-            steps += len(ids)
-        k += 1
-    return steps / (time.perf_counter() - started)
+        def record_and_close() -> None:
+            ratios[workload.name] = stepper.env._engine.balance.ratio
+            close()
+
+        stepper.close = record_and_close  # type: ignore[method-assign]
+        return stepper
+
+    return build_and_record
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-w", "--workloads", nargs="+", default=["frames", "dict", "vector", *BUSY])
+    parser.add_argument(
+        "-w", "--workloads", nargs="+", default=["frames", "dict", "vector", "busy5", "busy15", "busy40"]
+    )
     parser.add_argument("-n", "--envs", type=int, default=8)
     parser.add_argument("-r", "--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
     args = parser.parse_args()
-    print(f"{len(usable_cores())} usable cores, {args.envs} envs, async batches of {args.envs // 2}\n")
-    print("| workload | " + " | ".join(ARRANGEMENTS) + " | balanced / unpinned | ratio measured |")
-    print("|---|" + "---:|" * (len(ARRANGEMENTS) + 2))
+    cores = usable_cores()
+    ratios: dict[str, float | None] = {}
+    systems = [
+        System(SYNC, _shm_vector()),
+        System(UNPINNED, _shm_async(cpu_affinity=[cores])),
+        System(BALANCED, recording_ratio(_shm_async(), ratios)),
+        System(RESERVED, _shm_async(cpu_affinity=[cores[1:]])),
+    ]
+    print(f"{len(cores)} usable cores, {args.envs} envs, async batches of {args.envs // 2}\n")
+    print("| workload | " + " | ".join(s.name for s in systems) + " | balanced / unpinned | ratio measured |")
+    print("|---|" + "---:|" * (len(systems) + 2))
     for name in args.workloads:
-        workload = workload_of(name)
-        actions = workload.actions(args.envs)
-        envs = {a: build(workload, args.envs, a) for a in ARRANGEMENTS}
-        rates: dict[str, list[float]] = {a: [] for a in ARRANGEMENTS}
-        try:
-            for a, env in envs.items():
-                if a == "sync":
-                    env.reset(seed=0)
-                else:
-                    env.async_reset(seed=0)
-                rate(env, actions, 1.0)  # warm-up: caches, spinners, and the balance's first windows
-            for _ in range(args.rounds):
-                for a, env in envs.items():
-                    rates[a].append(rate(env, actions, args.seconds))
-            ratio = envs["async balanced (default)"]._engine.balance.ratio
-        finally:
-            for env in envs.values():
-                env.close()
-        medians = {a: statistics.median(r) for a, r in rates.items()}
-        sync = medians["sync"]
-        cells = [
-            f"{medians[a]:,.0f}" + ("" if a == "sync" else f" ({medians[a] / sync:.2f}x sync)") for a in ARRANGEMENTS
-        ]
-        gain = medians["async balanced (default)"] / medians["async unpinned"]
+        case = run_case(workload_of(name), args.envs, systems, args.rounds, args.seconds, ideal=False)
+        medians = {system: statistics.median(rates) for system, rates in case.rounds.items()}
+        cells = [f"{medians[s.name]:,.0f}" for s in systems[:1]]
+        cells += [f"{medians[s.name]:,.0f} ({medians[s.name] / medians[SYNC]:.2f}x sync)" for s in systems[1:]]
+        ratio = ratios.get(name)
         shown = "-" if ratio is None else f"{ratio:.1f}"
-        print(f"| {name} | " + " | ".join(cells) + f" | {gain:.2f}x | {shown} |", flush=True)
+        print(f"| {name} | " + " | ".join(cells) + f" | {medians[BALANCED] / medians[UNPINNED]:.2f}x | {shown} |")
 
 
 if __name__ == "__main__":

@@ -77,9 +77,10 @@ class CoreBalance:
         start, wait_seconds, busy = window
         if now - start < BALANCE_SECONDS:
             return
-        workers = float(self._busy.sum()) - busy
+        total = float(self._busy.sum())
+        workers = total - busy
         parent = (now - start) - (self._wait_seconds - wait_seconds)
-        self._window = (now, self._wait_seconds, workers + busy)
+        self._window = (now, self._wait_seconds, total)
         ratio = self.ratio = workers / (len(self.cores) - 1) / max(parent, 1e-9)
         if ratio < RESERVE_BELOW or (self.reserved and ratio <= RELEASE_ABOVE):
             self._reserve()

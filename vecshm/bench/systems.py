@@ -73,10 +73,11 @@ def _shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _shm_async(envs_per_worker: int | None = None) -> Callable[[Workload, int], Stepper]:
+def _shm_async(envs_per_worker: int | None = None, **options: Any) -> Callable[[Workload, int], Stepper]:
     """Half the envs per recv(): the learner takes whichever half finished first.
 
-    ``envs_per_worker`` by default: the most that divides the batch, and at most ``n_envs / cores``.
+    ``envs_per_worker`` by default: the most that divides the batch, and at most ``n_envs / cores``;
+    ``options`` go to ``ShmVectorEnv`` (e.g. a placement).
     """
 
     def build(workload: Workload, n_envs: int) -> Stepper:
@@ -87,7 +88,7 @@ def _shm_async(envs_per_worker: int | None = None) -> Callable[[Workload, int], 
         per_worker = envs_per_worker or next(
             d for d in range(max(1, n_envs // len(usable_cores())), 0, -1) if batch % d == 0
         )
-        env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker)
+        env = ShmVectorEnv(workload.factories(n_envs), batch_size=batch, envs_per_worker=per_worker, **options)
 
         def reset() -> None:
             env.async_reset(seed=0)  # drains whatever is still in flight first

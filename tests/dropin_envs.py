@@ -35,6 +35,18 @@ class EchoEnv(gym.Env):
         return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, info
 
 
+class DiscreteObservationEnv(EchoEnv):
+    """An ``EchoEnv`` whose observations are ``Discrete``: a space of another type than ``EchoEnv``'s Box."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = spaces.Discrete(5)
+
+    def reset(self, **kwargs: Any) -> tuple[int, dict]:
+        super().reset(**kwargs)
+        return 0, {}
+
+
 class StrictResetEnv(EchoEnv):
     """Declares ``reset(self, seed, options)`` with no defaults, as some user envs do."""
 

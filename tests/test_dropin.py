@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import DYNAMIC_SPACES, assert_tree_equal, process_alive
-from dropin_envs import EchoEnv, FailingEnv, LockEnv, SleepEnv, StrictResetEnv, echo
+from dropin_envs import DiscreteObservationEnv, EchoEnv, FailingEnv, LockEnv, SleepEnv, StrictResetEnv, echo
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
@@ -305,6 +305,7 @@ MISMATCHES = {
     "observation bounds": ([EchoEnv, echo(low=-2.0)], "same"),
     "observation shape": ([EchoEnv, echo(shape=(4,))], "different"),
     "action space": ([EchoEnv, echo(action_space=spaces.Box(-2, 2, (), np.float32))], "same"),
+    "observation type": ([EchoEnv, DiscreteObservationEnv], "different"),  # a TypeError in AsyncVectorEnv
 }
 
 
@@ -324,7 +325,7 @@ def close_half_built_reference(excinfo: pytest.ExceptionInfo) -> None:
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
 def test_mismatched_spaces_raise_what_async_vector_env_raises(case):
     fns, mode = MISMATCHES[case]
-    with pytest.raises((RuntimeError, ValueError, AssertionError)) as expected:
+    with pytest.raises((RuntimeError, ValueError, AssertionError, TypeError)) as expected:
         AsyncVectorEnv(fns, observation_mode=mode)
     close_half_built_reference(expected)
     before = live_children()

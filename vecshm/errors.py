@@ -61,12 +61,13 @@ class InvalidArgumentError(VecShmError, ValueError, AssertionError):
     """A bad argument to a wrapper; also an ``AssertionError`` where SB3 checks the same with ``assert``."""
 
 
-class SpaceMismatchError(VecShmError, ValueError, RuntimeError, AssertionError):
+class SpaceMismatchError(VecShmError, ValueError, RuntimeError, AssertionError, TypeError):
     """The envs of one vec env declare different spaces.
 
-    Also a ``RuntimeError`` (AsyncVectorEnv's space check), a ``ValueError`` (Gymnasium 1.4's
-    ``batch_differing_spaces``) and an ``AssertionError`` (other Gymnasium versions'), so code
-    written against any of them catches it.
+    Also a ``RuntimeError`` (AsyncVectorEnv's space check), a ``ValueError`` and a ``TypeError``
+    (Gymnasium 1.4's ``batch_differing_spaces``: bounds or shapes that differ, spaces of different
+    types) and an ``AssertionError`` (other Gymnasium versions'), so code written against any of
+    them catches it.
     """
 
 

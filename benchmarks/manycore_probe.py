@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 
 from vecshm.bench.runner import measure_rate
-from vecshm.bench.systems import Stepper, _envpool, _envpool_async, _shm_async, _shm_vector
+from vecshm.bench.systems import Stepper, envpool_async, envpool_sync, shm_async, shm_vector
 from vecshm.bench.workloads import Workload, get_workload
 
 WARM_UP_STEPS = 300
@@ -29,15 +29,15 @@ def arrangements(n: int) -> dict[str, Callable[[Workload, int], Stepper]]:
     """The bench's own builders (``vecshm.bench.systems``), with the knobs turned."""
     half = n // 2
     return {
-        "shm sync epw=default": _shm_vector(),
-        "shm sync epw=1": _shm_vector(envs_per_worker=1),
-        "shm sync epw=2": _shm_vector(envs_per_worker=2),
-        "shm sync epw=1 spin=0": _shm_vector(envs_per_worker=1, spin=0.0),
-        f"shm async b={half} epw=default": _shm_async(),
-        f"shm async b={half} epw=1": _shm_async(1),
-        f"shm async b={half} epw=2": _shm_async(2),
-        "envpool sync": _envpool,
-        f"envpool async b={half}": _envpool_async,
+        "shm sync epw=default": shm_vector(),
+        "shm sync epw=1": shm_vector(envs_per_worker=1),
+        "shm sync epw=2": shm_vector(envs_per_worker=2),
+        "shm sync epw=1 spin=0": shm_vector(envs_per_worker=1, spin=0.0),
+        f"shm async b={half} epw=default": shm_async(),
+        f"shm async b={half} epw=1": shm_async(1),
+        f"shm async b={half} epw=2": shm_async(2),
+        "envpool sync": envpool_sync,
+        f"envpool async b={half}": envpool_async,
     }
 
 

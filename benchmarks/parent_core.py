@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from vecshm.affinity import usable_cores
 from vecshm.bench.runner import run_case
-from vecshm.bench.systems import Stepper, System, _shm_async, _shm_vector
+from vecshm.bench.systems import Stepper, System, shm_async, shm_vector
 from vecshm.bench.workloads import Workload, get_workload
 
 BUSY = {f"busy{us}": us for us in (5, 15, 40, 200)}  # vecshm/Busy-v0 at this many us per step
@@ -67,10 +67,10 @@ def main() -> None:
     cores = usable_cores()
     ratios: dict[str, float | None] = {}
     systems = [
-        System(SYNC, _shm_vector()),
-        System(UNPINNED, _shm_async(cpu_affinity=[cores])),
-        System(BALANCED, recording_ratio(_shm_async(), ratios)),
-        System(RESERVED, _shm_async(cpu_affinity=[cores[1:]])),
+        System(SYNC, shm_vector()),
+        System(UNPINNED, shm_async(cpu_affinity=[cores])),
+        System(BALANCED, recording_ratio(shm_async(), ratios)),
+        System(RESERVED, shm_async(cpu_affinity=[cores[1:]])),
     ]
     print(f"{len(cores)} usable cores, {args.envs} envs, async batches of {args.envs // 2}\n")
     print("| workload | " + " | ".join(s.name for s in systems) + " | balanced / unpinned | ratio measured |")

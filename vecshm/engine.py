@@ -156,7 +156,8 @@ class Engine:
         self.num_envs = len(fns)
         self.start_method = context.get_start_method()
         self.timeout = timeout
-        self.slices = split_envs(self.num_envs, envs_per_worker, len(usable_cores()), max_workers)
+        cores = usable_cores()
+        self.slices = split_envs(self.num_envs, envs_per_worker, len(cores), max_workers)
         self._batch_dynamic = batch_dynamic
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
@@ -166,7 +167,7 @@ class Engine:
         self._spin_seconds = self._spin_budget(spin)
         worker_spin = self._spin_seconds if spin is not None else min(self._spin_seconds, WORKER_SPIN_SECONDS)
         self._spinner = Spinner(self._spin_seconds)
-        self._cores = len(usable_cores())
+        self._cores = len(cores)
         self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
         settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
         self._state = EngineState.READY
@@ -196,7 +197,7 @@ class Engine:
         def worker_pids() -> list[int]:
             return [process.pid for process in pool.processes]
 
-        self.balance = CoreBalance(usable_cores(), self.buffers.busy, worker_pids, enabled=not placed)
+        self.balance = CoreBalance(cores, self.buffers.busy, worker_pids, enabled=not placed)
 
     def _start(self, info_bytes: int, check_spaces: Callable[[list[Any]], None]) -> None:
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)

@@ -64,7 +64,9 @@ def _shm(**options: Any) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
+def shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
+    """``ShmVectorEnv`` stepped synchronously; ``options`` go to its constructor (benchmarks/ vary them)."""
+
     def build(workload: Workload, n_envs: int) -> Stepper:
         from vecshm import ShmVectorEnv
 
@@ -73,7 +75,7 @@ def _shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _shm_async(envs_per_worker: int | None = None, **options: Any) -> Callable[[Workload, int], Stepper]:
+def shm_async(envs_per_worker: int | None = None, **options: Any) -> Callable[[Workload, int], Stepper]:
     """Half the envs per recv(): the learner takes whichever half finished first.
 
     ``envs_per_worker`` by default: the most that divides the batch, and at most ``n_envs / cores``;
@@ -168,11 +170,12 @@ def _envpool_make(workload: Workload, n_envs: int, batch_size: int | None = None
     )
 
 
-def _envpool(workload: Workload, n_envs: int) -> Stepper:
+def envpool_sync(workload: Workload, n_envs: int) -> Stepper:
+    """EnvPool's synchronous mode: every env per step, as the vec envs beside it."""
     return _stepper(_envpool_make(workload, n_envs))
 
 
-def _envpool_async(workload: Workload, n_envs: int) -> Stepper:
+def envpool_async(workload: Workload, n_envs: int) -> Stepper:
     """EnvPool's own async mode: ``batch_size = n/2``, recv() then send() to the envs it returned."""
     batch = n_envs // 2
     env = _envpool_make(workload, n_envs, batch)
@@ -192,16 +195,16 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
-        System("vecshm ShmVectorEnv", _shm_vector()),
-        System("vecshm ShmVectorEnv async (batch n/2)", _shm_async()),
+        System("vecshm ShmVectorEnv", shm_vector()),
+        System("vecshm ShmVectorEnv async (batch n/2)", shm_async()),
         System("vecshm DummyVecEnv", _vecshm_dummy, default=False),
         System("vecshm RayVecEnv (1 actor)", _ray_vec_env, ("ray",), default=False),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),
         System("SB3 DummyVecEnv", _sb3_dummy, ("stable_baselines3",)),
         System("Gymnasium AsyncVectorEnv(shared_memory=True)", _gym_async),
         System("Gymnasium SyncVectorEnv", _gym_sync),
-        System("EnvPool", _envpool, ("envpool",)),
-        System("EnvPool async (batch n/2)", _envpool_async, ("envpool",)),
+        System("EnvPool", envpool_sync, ("envpool",)),
+        System("EnvPool async (batch n/2)", envpool_async, ("envpool",)),
     ]
 }
 

@@ -6,11 +6,12 @@
 #   source .device-site/env.sh; bash benchmarks/device_run.sh pong     # bench: Pong, 64 envs, vs EnvPool
 #   source .device-site/env.sh; bash benchmarks/device_run.sh probe    # arrangements: envs per worker x mode
 #   source .device-site/env.sh; bash benchmarks/device_run.sh frames   # zero-compute frames, 64 envs
+#   source .device-site/env.sh; bash benchmarks/device_run.sh parent   # the balance (vecshm.balance) at 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh train    # SB3 PPO Atari, GPU learner, 16 envs
 # Results go under $OUT (the device tool brings that folder back), one folder per stage, with the
 # commit and the machine noted beside them.
 set -euo pipefail
-stage=${1:?stage: pong, probe, frames or train}
+stage=${1:?stage: pong, probe, frames, parent or train}
 out=${OUT:-device-results}/$stage
 mkdir -p "$out"
 {
@@ -30,10 +31,12 @@ probe)  # does a second worker per core lift async batches (docs/benchmarks.md, 
 frames)  # overhead at scale, sync and async (the ring lends async batches since the last device run)
     python3 -m vecshm.bench -w frames -n 64 -s "vecshm ShmVecEnv" "vecshm ShmVectorEnv" "ShmVectorEnv async" \
         "SB3 SubprocVecEnv" "Gymnasium AsyncVectorEnv" -r 3 --seconds 1 --no-floor -q -o "$out" ;;
+parent)  # does giving the parent a core during async batches help or hurt with 16 cores (calibrated on 2)?
+    python3 benchmarks/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt" ;;
 train)  # end to end, the learner on the GPU, reported with the time split
     python3 -m vecshm.bench.train -n 16 -t 16384 -r 2 -s "vecshm ShmVecEnv" "SB3 SubprocVecEnv" \
         | tee "$out/train.txt" ;;
 *)
-    echo "unknown stage $stage (pong, probe, frames, train)" >&2
+    echo "unknown stage $stage (pong, probe, frames, parent, train)" >&2
     exit 2 ;;
 esac

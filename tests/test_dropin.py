@@ -642,6 +642,24 @@ def test_processes_are_live_worker_processes_until_close_as_the_peers(ours, peer
         assert not any(process_alive(pid) for pid in pids)
 
 
+def test_repr_is_async_vector_env_s():
+    """``repr``/``str``: Gymnasium's ``VectorEnv`` text (the spec's id where there is a spec, as
+    ``gym.make_vec`` gives), with the class's own name, as ``AsyncVectorEnv``'s."""
+    from vecshm import make_vec
+
+    pairs = [
+        (lambda: AsyncVectorEnv([EchoEnv] * 3), lambda: ShmVectorEnv([EchoEnv] * 3)),
+        (
+            lambda: gym.make_vec("CartPole-v1", 2, vectorization_mode="async"),
+            lambda: make_vec("CartPole-v1", 2, vectorization_mode="async"),
+        ),
+    ]
+    for make_peer, make_ours in pairs:
+        with closing(make_peer()) as peer, closing(make_ours()) as ours:
+            for text in (repr, str):
+                assert text(ours) == text(peer).replace("AsyncVectorEnv", "ShmVectorEnv")
+
+
 def test_a_worker_with_the_wrong_signature_gets_async_vector_env_s_error():
     """AsyncVectorEnv checks a custom worker's signature first (where the installed Gymnasium does);
     ShmVectorEnv raises the same error there, and its own refusal for any other custom worker."""

@@ -327,9 +327,6 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if not getattr(self, "closed", True) and hasattr(self, "_state"):
             self.close(terminate=True)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
-
     # -- state checks -----------------------------------------------------------------------------
 
     def _assert_is_running(self) -> None:

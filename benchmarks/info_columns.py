@@ -70,7 +70,7 @@ def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> floa
             venv = ShmVectorEnv(fns, envs_per_worker=per_worker, context="fork")
             venv.reset(seed=0)
             batch, ids = last_step(venv._engine, n), np.arange(n)
-            read = lambda: _vector_infos(batch, n, ids, ids, venv._add_info)  # noqa: E731
+            read = lambda: _vector_infos(batch, n, ids, ids, venv)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
         vecshm.info_columns.ColumnWriter.write = write

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +88,25 @@ def test_training_benchmark_times_learn_and_the_vec_env_inside_it(tmp_path, caps
     table = (tmp_path / "train.md").read_text()
     assert "| vecshm ShmVecEnv |" in table and "time inside the vec env" in table
     assert table in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ["info_columns.py", "--envs", "2", "--rounds", "1"],
+        ["parent_core.py", "-w", "vector", "-n", "4", "-r", "1", "--seconds", "0.2"],
+    ],
+    ids=lambda script: script[0],
+)
+def test_benchmark_scripts_run_against_the_current_code(script):
+    """The scripts in benchmarks/ call vecshm's internals, which move; a tiny run of the ones that
+    reach furthest in keeps them working (info_columns.py once broke on a changed signature)."""
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / script[0]), *script[1:]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -26,10 +26,11 @@ install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymna
 PARITY_TESTS := tests/test_parity.py tests/test_vector_env.py tests/test_dropin.py tests/test_slots.py tests/test_async_batches.py tests/test_async_ring.py \
 	tests/test_lifecycle.py tests/test_errors.py
 
-test: install  ## the README's test command: the suite, the parity tests on the portable path, SB3's own tests (also on RayVecEnv), RLlib
+test: install  ## the README's test command: the suite, the parity tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
 	$(BIN)/python -m pytest -q
 	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
 	$(BIN)/python tests/sb3_suite/run.py
+	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k test_vec_envs  # SB3's SubprocVecEnv tests on RayVecEnv
 	$(MAKE) test-rllib
 

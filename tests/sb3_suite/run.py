@@ -6,10 +6,16 @@ points ``stable_baselines3.common.vec_env``'s names at vecshm's classes before t
 import them: ``SubprocVecEnv`` is ``ShmVecEnv``, and ``DummyVecEnv`` and every wrapper are
 vecshm's. SB3's own internals (PPO wrapping a single env, ...) keep SB3's classes.
 
+``--suite sb3-contrib`` runs, the same way, the tests of the installed sb3-contrib that build
+SB3 vec envs themselves (``SUITES`` names them): MaskablePPO on ``SubprocVecEnv`` and
+``DummyVecEnv``, the recurrent and dict-observation algorithms under ``VecFrameStack`` and
+``VecNormalize``.
+
     python tests/sb3_suite/run.py [pytest arguments]
+    python tests/sb3_suite/run.py --suite sb3-contrib [pytest arguments]
     VECSHM_SB3_SUBPROC=ray python tests/sb3_suite/run.py -k test_vec_envs   # SubprocVecEnv is RayVecEnv
 
-Exits with pytest's status. The sdist is cached in ``.sb3-sdist/`` (pip needs the package index
+Exits with pytest's status. The sdists are cached in ``.sb3-sdist/`` (pip needs the package index
 once; nothing else is downloaded).
 """
 
@@ -20,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -68,33 +75,52 @@ sb3_stacked.StackedObservations = vecshm.StackedObservations
 '''
 
 
-def sdist_tests(sb3_version: str) -> list[tuple[str, bytes]]:
-    """The ``tests/test_vec_*.py`` files of SB3's sdist for ``sb3_version``, downloading it once."""
-    archive = CACHE / f"stable_baselines3-{sb3_version}.tar.gz"
+# package -> the test files of its sdist that run here: SB3's vec-env tests; sb3-contrib's tests
+# that build vec envs from SB3's names (its others never touch a vec env class, or check that an
+# algorithm wrapped the env with SB3's own VecTransposeImage, which vecshm's copy is not).
+SUITES: dict[str, Callable[[str], bool]] = {
+    "stable-baselines3": lambda name: name.startswith("test_vec_"),
+    "sb3-contrib": lambda name: name in {"test_invalid_actions.py", "test_dict_env.py"},
+}
+
+
+def sdist_tests(package: str, package_version: str) -> list[tuple[str, bytes]]:
+    """The test files ``SUITES`` picks from the sdist of ``package``, downloading it once."""
+    archive = CACHE / f"{package.replace('-', '_')}-{package_version}.tar.gz"
     if not archive.exists():
         CACHE.mkdir(exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"stable-baselines3=={sb3_version}", "--no-binary", ":all:",
+            [sys.executable, "-m", "pip", "download", f"{package}=={package_version}", "--no-binary", ":all:",
              "--no-deps", "--quiet", "--dest", str(CACHE)],
             check=True,
         )  # fmt: skip
     with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if "/tests/test_vec_" in m.name and m.name.endswith(".py")]
+        members = [
+            m
+            for m in tar.getmembers()
+            if "/tests/" in m.name and Path(m.name).parent.name == "tests" and SUITES[package](Path(m.name).name)
+        ]
         return [(Path(m.name).name, tar.extractfile(m).read()) for m in members]  # type: ignore[union-attr]
 
 
 def main(argv: list[str]) -> int:
-    sb3_version = version("stable-baselines3")
-    files = sdist_tests(sb3_version)
+    package = "stable-baselines3"
+    if argv[:1] == ["--suite"]:
+        package, argv = argv[1], argv[2:]
+    if package not in SUITES:
+        print(f"unknown suite {package!r}; one of {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    package_version = version(package)
+    files = sdist_tests(package, package_version)
     if not files:
-        print(f"no tests/test_vec_*.py in the sdist of stable-baselines3 {sb3_version}", file=sys.stderr)
+        print(f"none of the expected test files in the sdist of {package} {package_version}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="sb3-suite-") as directory:
         suite = Path(directory)
         (suite / "conftest.py").write_text(CONFTEST)
         for name, source in files:
             (suite / name).write_bytes(source)
-        print(f"SB3 {sb3_version}'s own vec-env tests on vecshm's classes: {', '.join(sorted(n for n, _ in files))}")
+        print(f"{package} {package_version}'s own tests on vecshm's classes: {', '.join(sorted(n for n, _ in files))}")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite), str(suite)]
         env = {**os.environ, "SDL_VIDEODRIVER": os.environ.get("SDL_VIDEODRIVER", "dummy")}  # pygame, headless
         return subprocess.run([*command, *argv], cwd=suite, env=env, check=False).returncode

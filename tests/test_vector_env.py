@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+from contextlib import closing
 
 import gymnasium as gym
 import numpy as np
@@ -231,6 +232,12 @@ def test_make_vec_takes_gymnasium_make_vec_arguments_and_records_the_same_spec()
     finally:
         for envs in (ours, reference, again, from_spec):
             envs.close()
+    for wrappers in ((gym.wrappers.TimeAwareObservation,), [gym.wrappers.TimeAwareObservation]):  # kept as given
+        with (
+            closing(make_vec(*args[:3], wrappers=wrappers)) as ours,
+            closing(gym.make_vec(*args[:3], wrappers=wrappers)) as reference,
+        ):
+            assert ours.spec == reference.spec
     sync = make_vec("CartPole-v1", 2, "sync")
     assert type(sync) is SyncVectorEnv
     sync.close()

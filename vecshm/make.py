@@ -73,7 +73,9 @@ def make_vec(
     num_envs = env_kwargs.pop("num_envs", num_envs)
     vectorization_mode = env_kwargs.pop("vectorization_mode", vectorization_mode)
     vector_kwargs = dict(env_kwargs.pop("vector_kwargs", vector_kwargs) or {})
-    wrappers = list(env_kwargs.pop("wrappers", wrappers) or [])
+    wrappers = env_kwargs.pop("wrappers", wrappers)
+    if wrappers is None:
+        wrappers = []  # the spec records them as given (a tuple stays a tuple), as gymnasium.make_vec's does
     env_kwargs.update(kwargs)
     if vectorization_mode is not None and _mode(vectorization_mode) is not VectorizeMode.ASYNC:
         return gym.make_vec(id, num_envs, vectorization_mode, vector_kwargs, wrappers, **kwargs)  # or its error
@@ -90,7 +92,7 @@ def make_vec(
     made.kwargs["vectorization_mode"] = VectorizeMode.ASYNC.value
     if vector_kwargs:
         made.kwargs["vector_kwargs"] = vector_kwargs
-    if wrappers:
+    if len(wrappers) > 0:
         made.kwargs["wrappers"] = wrappers
     envs.unwrapped.spec = made
     return envs

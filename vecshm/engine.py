@@ -169,7 +169,7 @@ class Engine:
         self._spinner = Spinner(self._spin_seconds)
         self._cores = len(cores)
         self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
-        settings = [{"cpu_affinity": cores, "limit_threads": limit_threads} for cores in self.worker_cores]
+        settings = [{"cpu_affinity": placement, "limit_threads": limit_threads} for placement in self.worker_cores]
         self._state = EngineState.READY
         self._failure = ""
         self.pool = WorkerPool(

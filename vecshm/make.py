@@ -92,7 +92,7 @@ def make_vec(
     made.kwargs["vectorization_mode"] = VectorizeMode.ASYNC.value
     if vector_kwargs:
         made.kwargs["vector_kwargs"] = vector_kwargs
-    if len(wrappers) > 0:
+    if wrappers:
         made.kwargs["wrappers"] = wrappers
     envs.unwrapped.spec = made
     return envs

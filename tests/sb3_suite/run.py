@@ -8,7 +8,7 @@ vecshm's. SB3's own internals (PPO wrapping a single env, ...) keep SB3's classe
 
 ``--suite sb3-contrib`` runs, the same way, the tests of the installed sb3-contrib that build
 SB3 vec envs themselves (``SUITES`` names them): MaskablePPO on ``SubprocVecEnv`` and
-``DummyVecEnv``, the recurrent and dict-observation algorithms under ``VecFrameStack`` and
+``DummyVecEnv``, and the algorithms on dict observations under ``VecFrameStack`` and
 ``VecNormalize``.
 
     python tests/sb3_suite/run.py [pytest arguments]
@@ -96,9 +96,7 @@ def sdist_tests(package: str, package_version: str) -> list[tuple[str, bytes]]:
         )  # fmt: skip
     with tarfile.open(archive) as tar:
         members = [
-            m
-            for m in tar.getmembers()
-            if "/tests/" in m.name and Path(m.name).parent.name == "tests" and SUITES[package](Path(m.name).name)
+            m for m in tar.getmembers() if Path(m.name).parent.name == "tests" and SUITES[package](Path(m.name).name)
         ]
         return [(Path(m.name).name, tar.extractfile(m).read()) for m in members]  # type: ignore[union-attr]
 

@@ -203,7 +203,7 @@ def test_worker_killed_mid_batch_names_its_envs(ring_always, no_leaks):
     venv.async_reset()
     # the live workers could fill every batch on their own: the death must still surface, soon
     deadline = time.monotonic() + 30
-    with pytest.raises(WorkerDiedError, match=r"worker 3 \(envs 3-3\).*SIGKILL"):
+    with pytest.raises(WorkerDiedError, match=r"worker 3 \(env 3\).*SIGKILL"):
         while time.monotonic() < deadline:
             *_, env_ids = venv.recv()
             venv.send(np.zeros(2, dtype=np.int64), env_ids)

@@ -250,7 +250,7 @@ def test_a_worker_that_cannot_be_started_is_named_and_the_started_ones_end(monke
         return real_popen(process)
 
     monkeypatch.setattr(ForkServerProcess, "_Popen", staticmethod(popen))
-    with pytest.raises(WorkerDiedError, match=r"worker 2 \(envs 2-2\) could not be started: BrokenPipeError") as info:
+    with pytest.raises(WorkerDiedError, match=r"worker 2 \(env 2\) could not be started: BrokenPipeError") as info:
         ShmVecEnv([healthy] * 4, envs_per_worker=1, start_method="forkserver")
     assert info.value.env_indices == [2]
     assert starts == ["vecshm-worker-0", "vecshm-worker-1", "vecshm-worker-2"]

@@ -35,7 +35,7 @@ from vecshm.errors import (
     remote_errors,
 )
 from vecshm.layout import leaves
-from vecshm.pool import WorkerPool, as_env_list, describe_exit, split_envs
+from vecshm.pool import WorkerPool, as_env_list, describe_exit, describe_worker, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.registry import snapshot_registry
 from vecshm.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
@@ -521,7 +521,7 @@ class Engine:
         process = self.pool.processes[w]
         process.join(1.0)
         warnings.warn(
-            f"worker {w} (envs {start}-{stop - 1}) {describe_exit(process.exitcode)} during {during}; "
+            f"{describe_worker(w, range(start, stop))} {describe_exit(process.exitcode)} during {during}; "
             f"restarting it from its env factories (restart {self._restarts[w]}); its envs' episodes end as truncated",
             RuntimeWarning,
             stacklevel=4,

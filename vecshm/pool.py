@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -28,9 +29,19 @@ from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
 from vecshm.worker import WorkerSpec, worker_main
 
-__all__ = ["WorkerPool", "describe_exit"]
+__all__ = ["WorkerPool", "describe_envs", "describe_exit", "describe_worker"]
 
 CLOSE_GRACE_SECONDS = 5.0
+
+
+def describe_envs(envs: Sequence[int]) -> str:
+    """``envs 2-3`` for a contiguous run of envs, ``env 2`` for one."""
+    return f"envs {envs[0]}-{envs[-1]}" if len(envs) > 1 else f"env {envs[0]}"
+
+
+def describe_worker(w: int, envs: Sequence[int]) -> str:
+    """``worker 1 (envs 2-3)``: a worker and the envs it hosts, for error messages."""
+    return f"worker {w} ({describe_envs(envs)})"
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -107,7 +118,7 @@ class WorkerPool:
             parent_conn.close()
             envs = self.env_indices(w)
             raise WorkerDiedError(
-                f"worker {w} (envs {envs[0]}-{envs[-1]}) could not be started: {type(exc).__name__}: {exc}",
+                f"{describe_worker(w, envs)} could not be started: {type(exc).__name__}: {exc}",
                 envs,
                 None,
             ) from exc
@@ -205,7 +216,7 @@ class WorkerPool:
         running = self.running_env(w, during)
         running = "" if running is None else f"; env {running} was running"
         raise WorkerDiedError(
-            f"worker {w} (envs {envs[0]}-{envs[-1]}) {describe_exit(process.exitcode)} during {during}{note}{running}. "
+            f"{describe_worker(w, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
             + self._start_up_hint(process.exitcode, during),
             envs,

@@ -21,7 +21,7 @@ from vecshm.errors import (
     WorkerError,
     remote_errors,
 )
-from vecshm.pool import describe_exit
+from vecshm.pool import describe_envs, describe_exit
 
 __all__ = ["Failure", "capture", "actor_died", "to_exception"]
 
@@ -72,10 +72,6 @@ def actor_died(where: str, command: str, env_indices: list[int], reason: BaseExc
     return Failure("actor died", where, command, list(env_indices), detail=detail)
 
 
-def _span(envs: list[int]) -> str:
-    return f"envs {envs[0]}-{envs[-1]}" if len(envs) > 1 else f"env {envs[0]}"
-
-
 def to_exception(failures: list[Failure]) -> BaseException:
     """The exception to raise in the driver for the failures of one command (one per failed actor)."""
     envs_failed = [f for f in failures if f.kind == "env"]
@@ -84,7 +80,7 @@ def to_exception(failures: list[Failure]) -> BaseException:
     first = failures[0]
     if first.kind == "worker died":
         return WorkerDiedError(
-            f"the vecshm worker hosting {_span(first.env_indices)} in {first.where} "
+            f"the vecshm worker hosting {describe_envs(first.env_indices)} in {first.where} "
             f"{describe_exit(first.exitcode)} during {first.command}. "
             "The vec env cannot continue; close() it and create a new one.",
             first.env_indices,
@@ -100,7 +96,8 @@ def to_exception(failures: list[Failure]) -> BaseException:
     if first.kind == "actor died":
         summary, _, report = first.detail.partition("\n")
         return ActorDiedError(
-            f"{first.where}, hosting {_span(first.env_indices)}, died during {first.command}: {summary.rstrip('.')}. "
+            f"{first.where}, hosting {describe_envs(first.env_indices)}, died during {first.command}: "
+            f"{summary.rstrip('.')}. "
             "The vec env cannot continue; close() it and create a new one "
             "(or pass on_actor_failure='restart')." + (f"\n{report}" if report else ""),
             first.env_indices,

@@ -8,6 +8,7 @@
 #   source .device-site/env.sh; bash benchmarks/device_run.sh frames   # zero-compute frames, 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh parent   # the balance (vecshm.balance) at 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh train    # SB3 PPO Atari, GPU learner, 16 envs
+#     (no OpenCV there: the stage uses the Pillow stand-in in benchmarks/device_cv2/ where cv2 is missing)
 # Results go under $OUT (the device tool brings that folder back), one folder per stage, with the
 # commit and the machine noted beside them.
 set -euo pipefail
@@ -34,6 +35,11 @@ frames)  # overhead at scale, sync and async (the ring lends async batches since
 parent)  # does giving the parent a core during async batches help or hurt with 16 cores (calibrated on 2)?
     python3 benchmarks/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt" ;;
 train)  # end to end, the learner on the GPU, reported with the time split
+    # SB3's Atari recipe needs OpenCV, which the device lacks and cannot carry (benchmarks/device_cv2/cv2.py)
+    if ! python3 -c "import cv2" 2>/dev/null; then
+        export PYTHONPATH=$PWD/benchmarks/device_cv2${PYTHONPATH:+:$PYTHONPATH}
+        echo "cv2: Pillow stand-in (benchmarks/device_cv2)" >> "$out/context.txt"
+    fi
     python3 -m vecshm.bench.train -n 16 -t 16384 -r 2 -s "vecshm ShmVecEnv" "SB3 SubprocVecEnv" \
         | tee "$out/train.txt" ;;
 *)

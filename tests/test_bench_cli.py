@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vecshm.bench.cli import main
@@ -110,3 +111,29 @@ def test_benchmark_scripts_run_against_the_current_code(script):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_device_s_opencv_stand_in_warps_atari_frames_as_opencv_does():
+    """benchmarks/device_cv2 replaces OpenCV in the device's training stage: the same frames out of SB3's WarpFrame."""
+    cv2 = pytest.importorskip("cv2")
+    gym = pytest.importorskip("gymnasium")
+    ale_py = pytest.importorskip("ale_py")
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "device_cv2" / "cv2.py"
+    spec = importlib.util.spec_from_file_location("device_cv2", path)
+    stand_in = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stand_in)
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5")
+    frame, _ = env.reset(seed=0)
+    for _ in range(20):
+        frame = env.step(env.action_space.sample())[0]
+    env.close()
+    stand_in.ocl.setUseOpenCL(False)
+    gray = stand_in.cvtColor(frame, stand_in.COLOR_RGB2GRAY)
+    assert np.array_equal(gray, cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY))
+    warped = stand_in.resize(gray, (84, 84), interpolation=stand_in.INTER_AREA)
+    reference = cv2.resize(gray, (84, 84), interpolation=cv2.INTER_AREA)
+    assert warped.shape == reference.shape and warped.dtype == reference.dtype
+    assert np.mean(np.abs(warped.astype(int) - reference)) < 2.0

@@ -34,3 +34,17 @@ def test_documented_example_runs(code, tmp_path):
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=280, env=env
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted((ROOT / "examples").glob("*.py")), ids=lambda path: path.name)
+def test_example_scripts_run(script, tmp_path):
+    """The scripts in examples/ (the docs point to them) run, at their smallest sizes."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("ale_py")
+    small = {"ppo_pinned_atari.py": ["--n-envs", "2", "--timesteps", "256"]}[script.name]
+    result = subprocess.run(
+        [sys.executable, str(script), *small], cwd=tmp_path, capture_output=True, text=True, timeout=280
+    )
+    assert result.returncode == 0, result.stderr
+    assert "total_timesteps" in result.stdout  # SB3's log after the first rollout

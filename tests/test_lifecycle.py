@@ -181,3 +181,31 @@ def test_exception_inside_with_block_closes_the_vec_env(no_leaks):
         pids = [p.pid for p in venv._engine.pool.processes]
         raise RuntimeError("user code failed")
     assert wait_gone(pids, 30) == []
+
+
+@pytest.mark.skipif(not (hasattr(os, "posix_fallocate") and os.path.isdir("/dev/shm")), reason="Linux /dev/shm")
+def test_a_portable_segment_takes_its_dev_shm_space_at_creation_or_is_a_clear_error(monkeypatch, no_leaks):
+    """A /dev/shm smaller than the segment (Docker's default 64 MiB) would otherwise kill with SIGBUS
+    whichever process first writes past its free space, long after the constructor returned."""
+    import errno
+    import shutil
+
+    from vecshm.memory import NamedSegment
+
+    size = 16 * 2**20
+    before = shutil.disk_usage("/dev/shm").used
+    segment = NamedSegment(size)
+    try:
+        assert shutil.disk_usage("/dev/shm").used - before >= size  # allocated, not just reserved by name
+    finally:
+        segment.release_fd()
+        segment.close()
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    monkeypatch.setenv("VECSHM_TRANSPORT", "portable")
+    with pytest.raises(OSError, match=r"shared memory \(.* MiB\) does not fit in /dev/shm.*--shm-size") as info:
+        ShmVecEnv([healthy] * 2)
+    assert info.value.errno == errno.ENOSPC

@@ -10,8 +10,10 @@ temporary file in a RAM-backed directory gives the same lifetime rules.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,6 +118,12 @@ class NamedSegment:
         self.size = size
         if name is None:
             self._shm = _SharedMemory(create=True, size=size)
+            try:
+                _reserve(self._shm, size)
+            except BaseException:
+                self._shm.close()
+                self._shm.unlink()
+                raise
         else:
             self._shm = _attach_untracked(name)
         self.name: str | None = self._shm.name
@@ -148,6 +156,27 @@ class NamedSegment:
             # Arrays handed out still view the block; dropping our object leaves the mapping to
             # them, and it is unmapped when the last of them goes.
             pass
+
+
+def _reserve(shm: shared_memory.SharedMemory, size: int) -> None:
+    """Allocate the block's pages now, where the OS can (Linux). A ``/dev/shm`` smaller than the
+    block (Docker's default is 64 MiB) accepts it all the same, then kills with SIGBUS whichever
+    process first writes past the space it has; allocated up front, it is a clear error here."""
+    fd = getattr(shm, "_fd", -1)
+    if not hasattr(os, "posix_fallocate") or fd < 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+            return  # a filesystem without fallocate: pages are allocated as they are written
+        free = shutil.disk_usage("/dev/shm").free / 2**20 if os.path.isdir("/dev/shm") else float("nan")
+        raise OSError(
+            error.errno,
+            f"the vec env's shared memory ({size / 2**20:.1f} MiB) does not fit in /dev/shm ({free:.1f} MiB free). "
+            "Enlarge /dev/shm (docker run --shm-size=2g), or leave VECSHM_TRANSPORT unset: the native "
+            "transport's memory does not live in /dev/shm",
+        ) from error
 
 
 class _SharedMemory(shared_memory.SharedMemory):

@@ -517,11 +517,11 @@ class Engine:
         self._restarts[w] = self._restarts.get(w, 0) + 1
         if self._restarts[w] > MAX_RESTARTS_PER_WORKER:
             self.pool.raise_died(w, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
-        start, stop = self.slices[w]
+        envs = self.pool.env_indices(w)
         process = self.pool.processes[w]
         process.join(1.0)
         warnings.warn(
-            f"{describe_worker(w, range(start, stop))} {describe_exit(process.exitcode)} during {during}; "
+            f"{describe_worker(w, envs)} {describe_exit(process.exitcode)} during {during}; "
             f"restarting it from its env factories (restart {self._restarts[w]}); its envs' episodes end as truncated",
             RuntimeWarning,
             stacklevel=4,
@@ -529,7 +529,7 @@ class Engine:
         self._watch.remove(process.sentinel)
         del self._sentinels[process.sentinel]
         last_slot = int(self._previous_slot[w])
-        for i in range(start, stop):  # the last observation we have ends the lost episode
+        for i in envs:  # the last observation we have ends the lost episode
             self._restarting[i] = self._reader.observation_of(i, last_slot, self._last_piped_obs)
         self.pool.restart(w, deadline)
         sentinel = self.pool.processes[w].sentinel

@@ -209,3 +209,42 @@ def test_ppo_trains_on_a_vecshm_wrapper_stack():
         assert unwrap_vec_normalize(model.get_env()) is venv
     finally:
         venv.close()
+
+
+def test_sb3_s_own_classes_count_as_vecshm_s_copies():
+    """Both directions: vecshm's classes pass SB3's isinstance checks, and SB3's pass vecshm's,
+    except SubprocVecEnv, which lacks ShmVecEnv's async API."""
+    sb3_vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
+    import importlib
+
+    from vecshm import VecEnv
+    from vecshm.sb3 import COUNTERPARTS, ONE_WAY
+
+    for path, sb3_name in COUNTERPARTS.items():
+        module_name, class_name = path.split(":")
+        ours, theirs = getattr(importlib.import_module(module_name), class_name), getattr(sb3_vec_env, sb3_name)
+        if issubclass(ours, VecEnv):  # StackedObservations is a plain class on both sides
+            assert issubclass(ours, theirs), path
+            assert issubclass(theirs, ours) == (path not in ONE_WAY), path
+    assert not isinstance(sb3_vec_env.SubprocVecEnv.__new__(sb3_vec_env.SubprocVecEnv), ShmVecEnv)
+    assert not issubclass(sb3_vec_env.VecEnv, VecTransposeImage)
+
+
+def test_is_vecenv_wrapped_with_vecshm_s_class_finds_the_transpose_sb3_added():
+    """SB3's algorithms wrap image envs in SB3's VecTransposeImage; code that imports the wrapper
+    from vecshm asks with vecshm's class (as SB3's and sb3-contrib's test_cnn.py do)."""
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import is_vecenv_wrapped
+
+    def frames():
+        return gym.make("vecshm/Frames-v0", shape=(36, 36, 3), episode_length=20)
+
+    venv = ShmVecEnv([frames] * 2)
+    try:
+        model = PPO("CnnPolicy", venv, n_steps=16, batch_size=32)
+        assert is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+        assert not is_vecenv_wrapped(model.get_env(), VecFrameStack)
+    finally:
+        venv.close()

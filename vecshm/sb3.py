@@ -4,6 +4,13 @@ SB3 checks ``isinstance(env, VecEnv)`` (and friends such as ``VecNormalize`` in
 ``sync_envs_normalization``). SB3's classes are ABCs, so vecshm registers its own classes as
 virtual subclasses of their SB3 counterparts, the moment SB3's ``vec_env`` package finishes
 importing (or at once, if it already has). Nothing here imports SB3.
+
+The other direction matters too: SB3's algorithms wrap image envs in SB3's own
+``VecTransposeImage``, and code that moved to vecshm's names then asks
+``is_vecenv_wrapped(model.get_env(), VecTransposeImage)`` with vecshm's class. ABCs refuse a
+registration cycle, so vecshm's classes instead answer ``issubclass`` for instances of their SB3
+counterpart (``VecEnv.__subclasshook__`` asks :func:`sb3_counterpart`). ``ShmVecEnv`` is the
+exception: a ``SubprocVecEnv`` has none of its async API, so it is not taken for one.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["install", "register_with_sb3", "COUNTERPARTS"]
+__all__ = ["install", "register_with_sb3", "sb3_counterpart", "COUNTERPARTS"]
 
 SB3_VEC_ENV = "stable_baselines3.common.vec_env"
 
@@ -35,16 +42,32 @@ COUNTERPARTS: dict[str, str] = {
     "vecshm.wrappers.extract_dict_obs:VecExtractDictObs": "VecExtractDictObs",
 }
 
+# vecshm classes whose SB3 counterpart's instances are not taken for theirs (see the module docstring)
+ONE_WAY = frozenset({"vecshm.vec_env.shm:ShmVecEnv"})
+
+# vecshm class -> SB3's own class, as SB3 defined it (code that rebinds SB3's names later does not move it)
+_SB3_CLASSES: dict[type, type] = {}
+
+
+def sb3_counterpart(cls: type) -> type | None:
+    """SB3's class whose instances count as instances of vecshm's ``cls``, once SB3 is imported."""
+    return _SB3_CLASSES.get(cls)
+
 
 def register_with_sb3(sb3_vec_env: ModuleType) -> None:
-    """Register every vecshm class as a virtual subclass of its SB3 counterpart."""
+    """Register every vecshm class as a virtual subclass of its SB3 counterpart, and remember the
+    counterpart for the other direction."""
     for path, sb3_name in COUNTERPARTS.items():
         module_name, class_name = path.split(":")
         module = sys.modules.get(module_name) or importlib.import_module(module_name)
         ours = getattr(module, class_name)
         theirs = getattr(sb3_vec_env, sb3_name, None)
-        if theirs is not None and hasattr(theirs, "register") and not issubclass(ours, theirs):
+        if theirs is None or theirs is ours or not hasattr(theirs, "register"):
+            continue
+        if not issubclass(ours, theirs):
             theirs.register(ours)
+        if path not in ONE_WAY:
+            _SB3_CLASSES.setdefault(ours, theirs)
 
 
 class _RegisteringLoader(importlib.abc.Loader):

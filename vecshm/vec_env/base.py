@@ -20,6 +20,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.sb3 import sb3_counterpart
+
 __all__ = [
     "VecEnv",
     "VecEnvWrapper",
@@ -62,6 +64,16 @@ def tile_images(images_nhwc: Sequence[np.ndarray]) -> np.ndarray:
 
 class VecEnv(ABC):
     """A batch of ``num_envs`` envs stepped together, with SB3's semantics (auto-reset, info lists)."""
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> bool:
+        """SB3's own class counts as its vecshm copy (``isinstance(sb3_wrapper, vecshm.Wrapper)``), so
+        ``is_vecenv_wrapped`` with vecshm's class finds the wrapper an SB3 algorithm added. Checks the
+        MRO, not ``issubclass``: vecshm's classes are registered under SB3's, which would recurse."""
+        counterpart = sb3_counterpart(cls)
+        if counterpart is not None and counterpart in getattr(subclass, "__mro__", ()):
+            return True
+        return NotImplemented
 
     def __init__(self, num_envs: int, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         self.num_envs = num_envs

@@ -362,6 +362,38 @@ def run_script(tmp_path, source: str, timeout: float = 240) -> subprocess.Comple
     )
 
 
+def test_the_forkserver_starts_with_vecshm_s_worker_modules_and_the_program_s_own_preloads(tmp_path):
+    """Workers fork from a server that has already imported NumPy, Gymnasium and vecshm, instead of
+    importing them each (vecshm.start_methods.preload_in_forkserver); a preload the program asked
+    for (sqlite3 here) is kept. Seen from the server's memory maps: the modules' shared objects."""
+    result = run_script(
+        tmp_path,
+        """
+        import multiprocessing
+        import os
+
+        import psutil
+
+        multiprocessing.set_forkserver_preload(["__main__", "sqlite3"])
+
+        def main():
+            import gymnasium as gym
+            from vecshm import ShmVecEnv
+
+            with ShmVecEnv([lambda: gym.make("CartPole-v1")] * 2) as venv:
+                venv.reset()
+                server = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+                loaded = {os.path.basename(m.path).split(".")[0] for m in server[0].memory_maps()}
+                print("numpy", "_multiarray_umath" in loaded, "sqlite3", "_sqlite3" in loaded)
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "numpy True sqlite3 True" in result.stdout, result.stdout
+
+
 @pytest.mark.timeout(300)
 def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
     result = run_script(

@@ -41,7 +41,7 @@ from vecshm.registry import snapshot_registry
 from vecshm.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
 from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
 from vecshm.slots import DEFAULT_LENDABLE_SLOTS, ObservationSlots
-from vecshm.start_methods import default_start_method
+from vecshm.start_methods import default_start_method, preload_in_forkserver
 from vecshm.sync import DoneWatch, Spinner
 from vecshm.transport import choose_transport
 
@@ -76,6 +76,8 @@ def _context(start_method: str | None) -> mp.context.BaseContext:
         raise ValueError(
             f"cannot find context for {method!r}: start_method must be one of {mp.get_all_start_methods()}"
         )
+    if method == "forkserver":
+        preload_in_forkserver()
     return mp.get_context(method)
 
 

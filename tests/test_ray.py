@@ -195,7 +195,7 @@ def test_restart_policy_rebuilds_a_dead_actor_and_truncates_its_episodes():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
-        assert any("Ray actor 1" in str(w.message) for w in caught)
+        assert any("Ray actor 1" in str(w.message) and "hosting envs 2-3," in str(w.message) for w in caught)
         assert dones.tolist() == [False, False, True, True]
         for i in (2, 3):
             assert infos[i]["TimeLimit.truncated"] and infos[i]["actor_restarted"]

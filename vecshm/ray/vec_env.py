@@ -18,6 +18,7 @@ from ray.exceptions import RayActorError
 from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
 from vecshm.layout import tree_map
+from vecshm.pool import describe_envs
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception
 from vecshm.registry import snapshot_registry
@@ -244,8 +245,8 @@ class RayVecEnv(VecEnv):
                 where, f"{command} (after {MAX_RESTARTS_PER_ACTOR} restarts, giving up)", self._envs_of(k), error
             )
         warnings.warn(
-            f"{where}, hosting envs {self._envs_of(k)}, died during {command}; starting a new actor from their "
-            f"factories (restart {self._restarts[k]}); their episodes end as truncated",
+            f"{where}, hosting {describe_envs(self._envs_of(k))}, died during {command}; starting a new actor "
+            f"from their factories (restart {self._restarts[k]}); their episodes end as truncated",
             RuntimeWarning,
             stacklevel=4,
         )

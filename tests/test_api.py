@@ -98,3 +98,18 @@ def test_make_vec_env_builds_shm_vec_envs_with_monitor():
         assert episodes and {"r", "l", "t"} <= set(episodes[0])
     finally:
         venv.close()
+
+
+def test_nested_observation_spaces_are_refused_by_dummy_vec_env_as_in_sb3_and_taken_by_shm_vec_env():
+    """SB3's DummyVecEnv raises NotImplementedError for a Dict inside a Dict (SB3's test_dict_env.py
+    checks it); SubprocVecEnv, and so ShmVecEnv, take such a space."""
+    from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+
+    fns = [make_space_env("nested", tag=i) for i in range(2)]
+    with pytest.raises(NotImplementedError) as theirs:
+        SB3DummyVecEnv(fns)
+    with pytest.raises(NotImplementedError) as ours:
+        DummyVecEnv(fns)
+    assert str(ours.value) == str(theirs.value)
+    with ShmVecEnv(fns) as venv:
+        assert set(venv.reset()) == {"a", "b"}

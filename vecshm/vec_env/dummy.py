@@ -18,8 +18,19 @@ from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepRetu
 __all__ = ["DummyVecEnv"]
 
 
+def check_for_nested_spaces(obs_space: gym.spaces.Space) -> None:
+    """SB3's ``DummyVecEnv`` refuses a Dict or Tuple inside a Dict or Tuple (its buffers and
+    policies are one level deep), with this error; ``ShmVecEnv`` takes them, as ``SubprocVecEnv`` does."""
+    if isinstance(obs_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        sub_spaces = obs_space.spaces.values() if isinstance(obs_space, gym.spaces.Dict) else obs_space.spaces
+        if any(isinstance(sub_space, (gym.spaces.Dict, gym.spaces.Tuple)) for sub_space in sub_spaces):
+            raise NotImplementedError(
+                "Nested observation spaces are not supported (Tuple/Dict space inside Tuple/Dict space)."
+            )
+
+
 class DummyVecEnv(VecEnv):
-    """Steps each env in turn in this process, with SB3 ``DummyVecEnv`` semantics (nested spaces too)."""
+    """Steps each env in turn in this process, with SB3 ``DummyVecEnv`` semantics."""
 
     actions: np.ndarray
 
@@ -34,6 +45,7 @@ class DummyVecEnv(VecEnv):
             )
         env = self.envs[0]
         super().__init__(len(env_fns), env.observation_space, env.action_space)
+        check_for_nested_spaces(env.observation_space)
         self._leaves = leaves(env.observation_space)
         self._single_leaf = not isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self.buf_obs = [np.zeros((self.num_envs, *leaf.shape), dtype=leaf.dtype) for leaf in self._leaves]

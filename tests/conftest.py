@@ -26,6 +26,21 @@ multiprocessing.set_forkserver_preload(["__main__", "stable_baselines3.common.ve
 # these only bound how long a broken build may hang.
 HANG_GUARD_SECONDS = 60
 
+
+def rounds_until_every_env_stepped(histories: dict[int, list], n_envs: int, rounds: int, steps: int = 5):
+    """Round numbers for an async ``recv``/``send`` loop: at least ``rounds`` of them, then on until
+    every env has ``steps`` results in ``histories``. Which env finishes first is the scheduler's
+    call, and on a loaded 2-core machine a worker can sit descheduled through a fixed number of
+    rounds; an env that is never returned fails after HANG_GUARD_SECONDS, naming the counts."""
+    deadline = time.monotonic() + HANG_GUARD_SECONDS
+    done = 0
+    while done < rounds or any(len(histories[i]) < steps for i in range(n_envs)):
+        counts = sorted((i, len(histories[i])) for i in range(n_envs))
+        assert time.monotonic() < deadline, f"an env was not returned in {HANG_GUARD_SECONDS} s: {counts}"
+        yield done
+        done += 1
+
+
 SPACES: dict[str, spaces.Space] = {
     "box_f32": spaces.Box(-1.0, 1.0, (3,), np.float32),
     "box_f64_2d": spaces.Box(-5.0, 5.0, (2, 3), np.float64),

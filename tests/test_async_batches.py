@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import assert_tree_equal, make_space_env
+from conftest import assert_tree_equal, make_space_env, rounds_until_every_env_stepped
 from gymnasium.vector import SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
@@ -29,7 +29,7 @@ def test_gymnasium_batches_match_a_synchronous_run(no_leaks):
     histories = defaultdict(list)
     with ShmVectorEnv(fns(), batch_size=2, envs_per_worker=1) as envs:
         envs.async_reset(seed=0)
-        for _ in range(STEPS):
+        for _ in rounds_until_every_env_stepped(histories, N_ENVS, STEPS):
             obs, rewards, terminations, truncations, infos, env_ids = envs.recv()
             assert len(env_ids) == 2 and obs.shape == (2, 3) and len(infos.get("_t", [0, 0])) == 2
             for k, i in enumerate(env_ids):

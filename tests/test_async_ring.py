@@ -10,7 +10,14 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_histories_match_a_sync_run, assert_tree_equal, make_space_env, shared_memory_for
+from conftest import (
+    SPACES,
+    assert_histories_match_a_sync_run,
+    assert_tree_equal,
+    make_space_env,
+    rounds_until_every_env_stepped,
+    shared_memory_for,
+)
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -77,7 +84,7 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, 
     ) as envs:
         assert envs._engine.ring is not None
         envs.async_reset(seed=0)
-        for _ in range(STEPS):
+        for _ in rounds_until_every_env_stepped(histories, N_ENVS, STEPS):
             obs, rewards, terminations, truncations, _, env_ids = envs.recv()
             assert len(env_ids) == batch
             lent += is_lent(obs)

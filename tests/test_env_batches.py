@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SPACES, assert_histories_match_a_sync_run, assert_tree_equal, make_space_env, shared_memory_for
+from conftest import (
+    SPACES,
+    assert_histories_match_a_sync_run,
+    assert_tree_equal,
+    make_space_env,
+    rounds_until_every_env_stepped,
+    shared_memory_for,
+)
 from faulty_envs import faulty, healthy
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
@@ -82,7 +89,7 @@ def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
         space_fns(key), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
     ) as envs:
         envs.async_reset(seed=0)
-        for _ in range(STEPS):
+        for _ in rounds_until_every_env_stepped(histories, N_ENVS, STEPS):
             obs, rewards, terminations, truncations, infos, env_ids = envs.recv()
             assert len(env_ids) == batch
             per_env = infos_per_env(infos, len(env_ids))

@@ -35,8 +35,9 @@ def rounds_until_every_env_stepped(histories: dict[int, list], n_envs: int, roun
     deadline = time.monotonic() + HANG_GUARD_SECONDS
     done = 0
     while done < rounds or any(len(histories[i]) < steps for i in range(n_envs)):
-        counts = sorted((i, len(histories[i])) for i in range(n_envs))
-        assert time.monotonic() < deadline, f"an env was not returned in {HANG_GUARD_SECONDS} s: {counts}"
+        assert time.monotonic() < deadline, (
+            f"an env was not returned in {HANG_GUARD_SECONDS} s: {[len(histories[i]) for i in range(n_envs)]} results"
+        )
         yield done
         done += 1
 

@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from conftest import (
+    HANG_GUARD_SECONDS,
     SPACES,
     assert_histories_match_a_sync_run,
     assert_tree_equal,
@@ -225,7 +226,7 @@ def test_env_errors_mid_batch_name_the_env(fault, message, ring_always, no_leaks
         # Until env 2 fails, not a fixed number of rounds: which worker finishes first is the
         # scheduler's call, and on a loaded machine worker 0 can be returned many times running.
         # The deadline only bounds a hang.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
         with pytest.raises(WorkerError, match=message):
             while time.monotonic() < deadline:
                 *_, env_ids = envs.recv()

@@ -202,3 +202,20 @@ class TypedInfoEnv(gym.Env):
         obs = np.full(2, self.t / 100, np.float32)
         ended = self.t >= 11 + self.tag  # terminated for even tags, truncated for odd ones
         return obs, float(action), ended and self.tag % 2 == 0, ended and self.tag % 2 == 1, self._info()
+
+
+def doubled_reward(reward: float) -> float:
+    return 2 * reward
+
+
+def reward_doubling_worker(
+    index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore
+) -> None:  # noqa: ANN001 (AsyncVectorEnv's worker signature)
+    """A custom ``AsyncVectorEnv`` worker, as users write them: Gymnasium's own worker on a changed env."""
+    from gymnasium.vector.async_vector_env import _async_worker
+    from gymnasium.wrappers import TransformReward
+
+    def doubled() -> gym.Env:
+        return TransformReward(env_fn(), doubled_reward)
+
+    _async_worker(index, doubled, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore)

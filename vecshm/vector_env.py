@@ -60,7 +60,17 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     >>> obs, infos = envs.reset(seed=0)
     >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
     >>> envs.close()
+
+    With a custom ``worker`` (Gymnasium's pipe protocol) the envs run on ``AsyncVectorEnv`` itself:
+    see :mod:`vecshm.pipe_worker`.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ShmVectorEnv:
+        from vecshm.pipe_worker import ShmVectorEnvOnPipes, custom_worker_argument
+
+        if cls is ShmVectorEnv and custom_worker_argument(args, kwargs) is not None:
+            cls = ShmVectorEnvOnPipes
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -86,7 +96,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     ) -> None:
         self.closed = True  # until the engine is up
         self.env_fns = env_fns
-        self.worker = worker  # None: a custom worker is refused below
+        self.worker = worker  # None here: ShmVectorEnv(worker=fn) is a ShmVectorEnvOnPipes
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
         self.copy = copy
         self.context = context
@@ -384,9 +394,9 @@ def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:
     raise errors[-1] from None
 
 
-def _check_worker_signature(worker: Callable[..., None]) -> None:
+def check_worker_signature(worker: Callable[..., None]) -> None:
     """AsyncVectorEnv's first check of a custom ``worker``: it must take the arguments Gymnasium's
-    own worker takes (its error, word for word). vecshm refuses every custom worker after it."""
+    own worker takes (its error, word for word). A subclass of ShmVectorEnv refuses any after it."""
     expected = inspect.signature(_async_worker)
     try:
         inspect.signature(worker).bind(*(None,) * len(expected.parameters))
@@ -404,11 +414,11 @@ def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: An
             raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
         if max_concurrency < 1:
             raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
-    if worker is not None:
-        _check_worker_signature(worker)
+    if worker is not None:  # only a subclass gets here (ShmVectorEnv itself runs it on pipes)
+        check_worker_signature(worker)
         raise ValueError(
-            "ShmVectorEnv runs its own worker loop over shared memory, so a custom `worker` cannot be used; "
-            "use gymnasium.vector.AsyncVectorEnv for a custom worker, or wrap the envs instead"
+            "a subclass of ShmVectorEnv runs vecshm's own worker loop, so it cannot take a custom `worker`; "
+            "ShmVectorEnv itself runs one on Gymnasium's AsyncVectorEnv pipe protocol"
         )
     if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
         if not all(isinstance(space, gym.Space) for space in observation_mode):

@@ -64,7 +64,7 @@ def worker_main(spec: WorkerSpec) -> None:
     # Ctrl-C goes to the whole process group; the parent decides what happens to workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
-    _exit_with_parent(spec.parent_pid)
+    exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
     envs = _build_envs(spec)
@@ -94,7 +94,7 @@ def worker_main(spec: WorkerSpec) -> None:
         segment.close()
 
 
-def _exit_with_parent(parent_pid: int) -> None:
+def exit_with_parent(parent_pid: int) -> None:
     """End this worker as soon as the vec env's process is gone, even if an env is stuck in step().
 
     A daemon thread polls the parent (pid reuse and zombies included) and hard-exits the process;

@@ -100,6 +100,26 @@ def test_make_vec_env_builds_shm_vec_envs_with_monitor():
         venv.close()
 
 
+@pytest.mark.parametrize("obs_key", ["box_f64_2d", "discrete", "multibinary", "dict", "tuple", "dict_img"])
+def test_dummy_vec_env_s_keys_and_buffers_are_sb3_s(obs_key):
+    """Code that reads SB3's ``DummyVecEnv.keys`` and ``buf_obs`` (an OrderedDict of per-key batches,
+    keyed None for a plain space) reads the same from vecshm's, step after step."""
+    from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
+
+    fns = [make_space_env(obs_key, tag=i) for i in range(2)]
+    ours, theirs = DummyVecEnv(fns), SB3DummyVecEnv(fns)
+    for venv in (ours, theirs):
+        venv.seed(3)
+        venv.reset()
+    for _ in range(3):
+        assert list(ours.keys) == list(theirs.keys)
+        assert type(ours.buf_obs) is type(theirs.buf_obs) and list(ours.buf_obs) == list(theirs.buf_obs)
+        for key, buffer in theirs.buf_obs.items():
+            assert ours.buf_obs[key].dtype == buffer.dtype and np.array_equal(ours.buf_obs[key], buffer), key
+        for venv in (ours, theirs):
+            venv.step(np.ones(2, np.int64))
+
+
 def test_nested_observation_spaces_are_refused_by_dummy_vec_env_as_in_sb3_and_taken_by_shm_vec_env():
     """SB3's DummyVecEnv raises NotImplementedError for a Dict inside a Dict (SB3's test_dict_env.py
     checks it); SubprocVecEnv, and so ShmVecEnv, take such a space."""

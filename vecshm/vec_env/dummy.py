@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
@@ -48,7 +49,11 @@ class DummyVecEnv(VecEnv):
         check_for_nested_spaces(env.observation_space)
         self._leaves = leaves(env.observation_space)
         self._single_leaf = not isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        self.buf_obs = [np.zeros((self.num_envs, *leaf.shape), dtype=leaf.dtype) for leaf in self._leaves]
+        # SB3's keys and buffers: a Dict's keys, a Tuple's indices, or None (spaces are one level deep)
+        self.keys = [leaf.path[0] if leaf.path else None for leaf in self._leaves]
+        self.buf_obs = OrderedDict(
+            (key, np.zeros((self.num_envs, *leaf.shape), leaf.dtype)) for key, leaf in zip(self.keys, self._leaves)
+        )
         self.buf_dones = np.zeros((self.num_envs,), dtype=bool)
         self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
         self.buf_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
@@ -100,15 +105,15 @@ class DummyVecEnv(VecEnv):
 
     def _save_obs(self, env_idx: int, obs: Any) -> None:
         if self._single_leaf:
-            self.buf_obs[0][env_idx] = obs
+            self.buf_obs[None][env_idx] = obs
             return
-        for buffer, value in zip(self.buf_obs, flatten(self.observation_space, obs)):
+        for buffer, value in zip(self.buf_obs.values(), flatten(self.observation_space, obs)):
             buffer[env_idx] = value
 
     def _obs_from_buf(self) -> VecEnvObs:
         batches = [
             stack_dynamic(leaf.space, list(buf)) if leaf.dynamic else np.copy(buf)
-            for leaf, buf in zip(self._leaves, self.buf_obs)
+            for leaf, buf in zip(self._leaves, self.buf_obs.values())
         ]
         return batches[0] if self._single_leaf else assemble(self.observation_space, batches)
 

@@ -1,5 +1,5 @@
 """Flat infos of numbers travel as typed columns (vecshm.info_columns): bit-identical to the
-pickled path and to SB3's DummyVecEnv and Gymnasium's SyncVectorEnv, each value of the type the env
+pickled path and to SB3's DummyVecEnv and Gymnasium's AsyncVectorEnv, each value of the type the env
 gave it, whether the batch is of one schema or mixed, and whether the slot has room or not."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import assert_tree_equal, env_by_env
 from dropin_envs import TypedInfoEnv, typed_info
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
@@ -78,10 +78,10 @@ def test_sb3_infos_match_dummy_vec_env(info_bytes, no_leaks):
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-def test_gymnasium_infos_match_sync_vector_env(mode, no_leaks):
+def test_gymnasium_infos_match_async_vector_env(mode, no_leaks):
     with (
         ShmVectorEnv(_typed_fns(huge=False), autoreset_mode=mode, envs_per_worker=2) as envs,
-        closing(SyncVectorEnv(_typed_fns(huge=False), autoreset_mode=mode)) as reference,
+        closing(AsyncVectorEnv(_typed_fns(huge=False), autoreset_mode=mode)) as reference,  # key order included
     ):
         assert_tree_equal(envs.reset(seed=3), reference.reset(seed=3), "reset")
         done = np.zeros(N_ENVS, bool)

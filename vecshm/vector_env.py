@@ -219,13 +219,13 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
-        if finals:  # final_obs first, then the step's keys, env by env, as AsyncVectorEnv adds them
+        if finals:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
             adder = self if batch.env_ids is None else _InfoBatch(len(ids))
             infos: dict[str, Any] = {}
             for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
                 if i in finals:
                     final_obs = batch.final_observation(i)
-                    infos = adder._add_info(infos, {"final_obs": final_obs, "final_info": finals[i]}, k)
+                    infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": final_obs}, k)
                 infos = adder._add_info(infos, step_info, k)
         else:
             whole = batch.env_ids is None

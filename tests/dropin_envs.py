@@ -208,14 +208,14 @@ def doubled_reward(reward: float) -> float:
     return 2 * reward
 
 
-def reward_doubling_worker(
-    index, env_fn, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore
-) -> None:  # noqa: ANN001 (AsyncVectorEnv's worker signature)
-    """A custom ``AsyncVectorEnv`` worker, as users write them: Gymnasium's own worker on a changed env."""
+def reward_doubling_worker(index, env_fn, *protocol) -> None:  # noqa: ANN001 (AsyncVectorEnv's worker arguments)
+    """A custom ``AsyncVectorEnv`` worker, as users write them: Gymnasium's own worker on a changed
+    env. ``protocol`` is the rest of the installed Gymnasium's worker arguments (pipes, shared
+    memory, error queue, autoreset mode and, in newer versions, the ``max_concurrency`` semaphore)."""
     from gymnasium.vector.async_vector_env import _async_worker
     from gymnasium.wrappers import TransformReward
 
     def doubled() -> gym.Env:
         return TransformReward(env_fn(), doubled_reward)
 
-    _async_worker(index, doubled, pipe, parent_pipe, shared_memory, error_queue, autoreset_mode, semaphore)
+    _async_worker(index, doubled, *protocol)

@@ -93,8 +93,11 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv):
             value = kwargs.pop(name)
             if value is not defaults[name] and value != defaults[name]:
                 raise ValueError(_ENGINE_ONLY.format(name, "such option"))
+        signature = inspect.signature(AsyncVectorEnv.__init__)
+        if "max_concurrency" not in signature.parameters and kwargs.get("max_concurrency", 0) is None:
+            del kwargs["max_concurrency"]  # a Gymnasium without it: None asks for nothing it lacks
         try:
-            arguments = inspect.signature(AsyncVectorEnv.__init__).bind(self, *args, **kwargs).arguments
+            arguments = signature.bind(self, *args, **kwargs).arguments
         except TypeError as error:
             raise TypeError(f"ShmVectorEnv.__init__() {error}") from None
         worker = arguments["worker"]

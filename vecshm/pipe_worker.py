@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from gymnasium.vector import AsyncVectorEnv
 
 from vecshm.errors import FailedError, WorkerDiedError
-from vecshm.pool import describe_exit
+from vecshm.pool import describe_exit, end_processes
 from vecshm.vector_env import ShmVectorEnv, check_worker_signature
 from vecshm.worker import exit_with_parent
 
@@ -53,8 +53,7 @@ def _engine_defaults() -> dict[str, Any]:
     return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-# How long a broken pipe waits for its worker process to be seen ended (it closes its pipe as it
-# exits), and how long a terminated worker has before it is killed.
+# How long a broken pipe waits for its worker process to be seen ended (it closes its pipe as it exits).
 DEATH_GRACE_SECONDS = 2.0
 
 
@@ -123,17 +122,8 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv):
             self._end_processes()
 
     def _end_processes(self) -> None:
-        """Terminate every worker process (killed if SIGTERM has not ended it within a grace) and
-        close the pipes."""
-        processes = self.processes or []
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(DEATH_GRACE_SECONDS)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        """End every worker process now (terminated, killed if that does not end it) and close the pipes."""
+        end_processes(self.processes or [], grace=0.0)
         for pipe in getattr(self, "parent_pipes", []):
             if pipe is not None:
                 pipe.close()

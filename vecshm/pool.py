@@ -29,7 +29,7 @@ from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
 from vecshm.worker import WorkerSpec, worker_main
 
-__all__ = ["WorkerPool", "describe_envs", "describe_exit", "describe_worker"]
+__all__ = ["WorkerPool", "describe_envs", "describe_exit", "describe_worker", "end_processes"]
 
 CLOSE_GRACE_SECONDS = 5.0
 
@@ -299,21 +299,29 @@ class WorkerPool:
                 self.doorbells[w].ring()
 
     def _reap(self) -> None:
-        """Join within a grace period; terminate, then kill, whatever is still running."""
-        deadline = time.monotonic() + CLOSE_GRACE_SECONDS
+        """Join within a grace period (the stuck workers terminated at once); terminate, then kill,
+        whatever is still running."""
         started = [(w, process) for w, process in enumerate(self.processes) if process is not None]
         for w, process in started:
             if w in self.stuck:
                 process.terminate()
-            process.join(max(0.0, deadline - time.monotonic()))
+        end_processes([process for _, process in started], CLOSE_GRACE_SECONDS)
         for _, process in started:
-            if process.exitcode is None:
-                process.terminate()
-                process.join(1.0)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
             process.close()
+
+
+def end_processes(processes: Sequence[Any], grace: float) -> None:
+    """Give ``processes`` ``grace`` seconds to exit; terminate, then kill, whatever is still running."""
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.exitcode is None:
+            process.terminate()
+            process.join(1.0)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
 
 
 def as_env_list(env_fns: Any) -> list[Any]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any, NoReturn
 
-from gymnasium.vector import AsyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from vecshm.errors import FailedError, WorkerDiedError
 from vecshm.pool import describe_exit, end_processes
@@ -151,9 +151,8 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv):
         ) from error
 
     def __repr__(self) -> str:
-        spec = getattr(self, "spec", None)
-        name = ShmVectorEnv.__name__
-        return f"{name}(num_envs={self.num_envs})" if spec is None else f"{name}({spec.id}, num_envs={self.num_envs})"
+        """Gymnasium's ``VectorEnv`` text, under the name the caller used (``ShmVectorEnv(num_envs=4)``)."""
+        return ShmVectorEnv.__name__ + VectorEnv.__repr__(self).removeprefix(type(self).__name__)
 
     def async_reset(self, seed: Any = None, options: Any = None) -> NoReturn:
         raise NotImplementedError(_ENGINE_ONLY.format("async_reset", "async batches (send/recv)"))

@@ -40,11 +40,14 @@ _ENGINE_ONLY = (
 )
 
 
+# Where ``worker`` sits among the positional arguments (after ``self``): the sixth in Gymnasium 1.1 and 1.4
+_WORKER_POSITION = list(inspect.signature(AsyncVectorEnv.__init__).parameters).index("worker") - 1
+
+
 def custom_worker_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The ``worker`` a ``ShmVectorEnv(...)`` call passes, by position (the sixth, as in
-    ``AsyncVectorEnv``) or by keyword; ``None`` when it passes none."""
-    position = list(inspect.signature(AsyncVectorEnv.__init__).parameters).index("worker") - 1  # less self
-    return args[position] if len(args) > position else kwargs.get("worker")
+    """The ``worker`` a ``ShmVectorEnv(...)`` call passes, by position (as in ``AsyncVectorEnv``) or
+    by keyword; ``None`` when it passes none."""
+    return args[_WORKER_POSITION] if len(args) > _WORKER_POSITION else kwargs.get("worker")
 
 
 def _engine_defaults() -> dict[str, Any]:

@@ -8,7 +8,7 @@ from contextlib import closing
 import numpy as np
 import pytest
 from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv, slots
@@ -92,6 +92,35 @@ def test_results_outlive_close_and_the_mapping_goes_with_them():
     del obs
     gc.collect()
     assert not in_segment_mapping(address), "the mapping must go with the last array"
+
+
+@pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8", "dict_img"])
+def test_copy_false_views_outlive_close_as_async_vector_env_s(obs_key):
+    """``copy=False`` observations view the segment itself. Held past ``close()`` they read what
+    they read before, as ``AsyncVectorEnv(copy=False)``'s views of its shared memory do, and the
+    mapping goes with the last of them. (``close()`` used to unmap the memory under them, and
+    reading them crashed the process.)"""
+    fns = [make_space_env(obs_key, tag=i) for i in range(3)]
+    rng = np.random.default_rng(3)
+    ours, theirs = ShmVectorEnv(fns, copy=False), AsyncVectorEnv(fns, copy=False)
+    try:
+        ours.reset(seed=6)
+        theirs.reset(seed=6)
+        for _ in range(4):
+            actions = sample_actions(ACTION_SPACES["discrete"], 3, rng)
+            held = ours.step(actions)[0]
+            expected = theirs.step(actions)[0]
+    finally:
+        ours.close()
+        theirs.close()
+    gc.collect()
+    assert_tree_equal(held, expected)  # both still readable after close()
+    leaf = held if obs_key != "dict_img" else held["img"]
+    address = first_address(leaf)
+    assert in_segment_mapping(address), "copy=False must return views of the segment, or this test checks nothing"
+    del held, leaf
+    gc.collect()
+    assert not in_segment_mapping(address), "the mapping must go with the last view"
 
 
 def test_partial_reset_returns_the_whole_batch_in_a_fresh_slot():

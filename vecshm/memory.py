@@ -55,9 +55,18 @@ class SegmentPlan:
             offset += -(-field.nbytes // ALIGNMENT) * ALIGNMENT
         self.size = max(offset, ALIGNMENT)
 
-    def views(self, buffer: mmap.mmap) -> dict[str, np.ndarray]:
+    def views(self, buffer: mmap.mmap | memoryview) -> dict[str, np.ndarray]:
+        """An array per field, each a view of one ``np.frombuffer`` array over the whole ``buffer``.
+
+        That base holds the buffer exported, so the mapping cannot be closed while any array made
+        from a view lives: observations returned with ``copy=False`` (views of the segment) stay
+        readable after ``close()``, as ``AsyncVectorEnv``'s do. ``np.ndarray(buffer=...)`` would
+        not hold it: ``mmap.close()`` would unmap the memory under such an array, and reading it
+        would crash the process.
+        """
+        whole = np.frombuffer(buffer, dtype=np.uint8)
         return {
-            f.name: np.ndarray(f.shape, dtype=f.dtype, buffer=buffer, offset=f.offset) for f in self.fields.values()
+            f.name: whole[f.offset : f.offset + f.nbytes].view(f.dtype).reshape(f.shape) for f in self.fields.values()
         }
 
 

@@ -6,7 +6,7 @@
 #   source .device-site/env.sh; bash benchmarks/device_run.sh pong     # bench: Pong, 64 envs, vs EnvPool
 #   source .device-site/env.sh; bash benchmarks/device_run.sh probe    # arrangements: envs per worker x mode
 #   source .device-site/env.sh; bash benchmarks/device_run.sh frames   # zero-compute frames, 64 envs
-#   source .device-site/env.sh; bash benchmarks/device_run.sh parent   # the balance (vecshm.balance) at 64 envs
+#   source .device-site/env.sh; bash benchmarks/device_run.sh parent   # the balance (vecshm.balance), wake-ups, at 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh train    # SB3 PPO Atari, GPU learner, 16 envs
 #     (no OpenCV there: the stage uses the Pillow stand-in in benchmarks/device_cv2/ where cv2 is missing)
 # Results go under $OUT (the device tool brings that folder back), one folder per stage, with the
@@ -33,7 +33,9 @@ frames)  # overhead at scale, sync and async (the ring lends async batches since
     python3 -m vecshm.bench -w frames -n 64 -s "vecshm ShmVecEnv" "vecshm ShmVectorEnv" "ShmVectorEnv async" \
         "SB3 SubprocVecEnv" "Gymnasium AsyncVectorEnv" -r 3 --seconds 1 --no-floor -q -o "$out" ;;
 parent)  # does giving the parent a core during async batches help or hurt with 16 cores (calibrated on 2)?
-    python3 benchmarks/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt" ;;
+    python3 benchmarks/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt"
+    # and how often the parent wakes to a batch still short (the case for coalescing doorbells)
+    python3 benchmarks/parent_wakeups.py pong 64 --batch 32 --envs-per-worker 4 2 --seconds 5 | tee "$out/wakeups.txt" ;;
 train)  # end to end, the learner on the GPU, reported with the time split
     # SB3's Atari recipe needs OpenCV, which the device lacks and cannot carry (benchmarks/device_cv2/cv2.py)
     if ! python3 -c "import cv2" 2>/dev/null; then

@@ -149,6 +149,51 @@ def test_workers_exit_when_the_parent_is_killed_during_an_async_recv():
     assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
 
 
+FORKED_CHILD_SCRIPT = textwrap.dedent(
+    """
+    import gc, os, sys
+    import gymnasium as gym
+    import numpy as np
+    from vecshm import ShmVectorEnv
+
+    if __name__ == "__main__":
+        fns = [lambda: gym.make("CartPole-v1")] * 4
+        envs, reference = ShmVectorEnv(fns, envs_per_worker=2), gym.vector.SyncVectorEnv(fns)
+        for e in (envs, reference):
+            e.reset(seed=3)
+        pid = os.fork()
+        if pid == 0:  # the child ends its copy of the vec env, then exits
+            if {ending!r} == "close":
+                envs.close()
+            elif {ending!r} == "collected":
+                del envs
+                gc.collect()
+            sys.exit(0)  # atexit: vecshm's finalizer, and multiprocessing's end of daemonic children
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        actions = np.array([0, 1, 1, 0])
+        for _ in range(20):
+            ours, theirs = envs.step(actions), reference.step(actions)
+            for a, b in zip(ours[:4], theirs[:4]):
+                np.testing.assert_array_equal(a, b)
+        envs.close()
+        print("the parent's vec env went on")
+    """
+)
+
+
+@pytest.mark.parametrize("ending", ["exit", "close", "collected"])
+def test_a_process_forked_from_the_owner_cannot_stop_its_workers(ending):
+    """A child made by ``os.fork()`` holds a copy of the vec env. Ending that copy (closing it,
+    dropping it, or just exiting) must leave the owner's workers running: vecshm's finalizer and
+    multiprocessing's exit handler would otherwise stop them under the owner. (AsyncVectorEnv and
+    SubprocVecEnv break where the copy is closed or exits: the owner's next step is a BrokenPipeError.)"""
+    script = FORKED_CHILD_SCRIPT.format(ending=ending)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "the parent's vec env went on"
+
+
 def test_importing_vecshm_does_not_import_torch_or_sb3():
     code = "import sys, vecshm; print('torch' in sys.modules, 'stable_baselines3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

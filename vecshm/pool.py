@@ -12,7 +12,9 @@ import os
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Sequence
+from multiprocessing import process as mp_process
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -32,6 +34,23 @@ from vecshm.worker import WorkerSpec, worker_main
 __all__ = ["WorkerPool", "describe_envs", "describe_exit", "describe_worker", "end_processes"]
 
 CLOSE_GRACE_SECONDS = 5.0
+
+_WORKER_PROCESSES: weakref.WeakSet[Any] = weakref.WeakSet()  # the Process of every worker started here
+
+
+def _disown_workers() -> None:
+    """In a process made by ``os.fork()``: forget the workers, which are not its children.
+
+    multiprocessing lists them as children of the process that forked, and a copy made by
+    ``os.fork()`` inherits that list: at its exit, multiprocessing would terminate them as its
+    daemonic children, under the vec env of the process they belong to. (Its own children clear
+    the list themselves.)
+    """
+    mp_process._children.difference_update(_WORKER_PROCESSES)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_workers)
 
 
 def describe_envs(envs: Sequence[int]) -> str:
@@ -74,6 +93,7 @@ class WorkerPool:
         self.slices = slices
         self.context = context
         self.transport = transport
+        self.owner_pid = os.getpid()  # only this process ends the workers (see shutdown)
         self.specs = [
             WorkerSpec(
                 index=w,
@@ -114,6 +134,7 @@ class WorkerPool:
         process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{w}")
         try:
             process.start()
+            _WORKER_PROCESSES.add(process)
         except (OSError, EOFError) as exc:  # no process could be made (limits), or the forkserver is gone
             parent_conn.close()
             envs = self.env_indices(w)
@@ -266,12 +287,18 @@ class WorkerPool:
     # -- shutdown ---------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Ask every worker to close its envs, then make sure each process is gone."""
+        """Ask every worker to close its envs, then make sure each process is gone.
+
+        In a process forked from the owner (``os.fork()``), this pool is a copy: closing it there,
+        explicitly, by garbage collection or at the copy's exit, only drops the copy's descriptors
+        and mapping. Asking the workers to close would stop the owner's vec env under it.
+        """
         if self.closed:
             return
         self.closed = True
-        self._ask_to_close()
-        self._reap()
+        if os.getpid() == self.owner_pid:
+            self._ask_to_close()
+            self._reap()
         for conn in self.conns:
             if conn is not None:  # None: a worker whose start failed
                 conn.close()

@@ -8,7 +8,11 @@ import pytest
 from conftest import assert_tree_equal, make_space_env
 
 sb3 = pytest.importorskip("stable_baselines3")
+import torch  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.callbacks import EvalCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
     SubprocVecEnv,
@@ -19,6 +23,7 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
     VecTransposeImage,
 )
 
+import vecshm  # noqa: E402
 from vecshm import DummyVecEnv, ShmVecEnv  # noqa: E402
 
 
@@ -36,11 +41,42 @@ def test_sb3_sees_vecshm_classes_as_its_own():
     assert issubclass(DummyVecEnv, SB3DummyVecEnv)
 
 
-def test_ppo_mlp_learns_on_shm_vec_env():
-    with ShmVecEnv([cartpole] * 4) as venv:
-        model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0)
-        model.learn(256)
-        assert model.num_timesteps >= 256 and model.get_env() is venv
+def _train_ppo(vec_env_cls: type, normalize: type, folder: str) -> tuple[torch.Tensor, np.ndarray, tuple]:
+    """PPO with an evaluation callback, a VecNormalize saved and loaded, and training resumed on it:
+    the trained weights, the callback's evaluations and a final evaluation."""
+    env = normalize(make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=vec_env_cls))
+    eval_env = make_vec_env("CartPole-v1", n_envs=2, seed=1, vec_env_cls=vec_env_cls)
+    try:
+        callback = EvalCallback(normalize(eval_env, training=False, norm_reward=False), eval_freq=32, n_eval_episodes=2)
+        callback.log_path = f"{folder}/evaluations"
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=0, device="cpu")
+        model.learn(384, callback=callback)
+        assert model.get_env() is env
+        env.save(f"{folder}/normalize.pkl")
+        env.close()
+        env = normalize.load(
+            f"{folder}/normalize.pkl", make_vec_env("CartPole-v1", n_envs=4, seed=2, vec_env_cls=vec_env_cls)
+        )
+        model.set_env(env)
+        model.learn(128, reset_num_timesteps=False)
+        final = evaluate_policy(model, env, n_eval_episodes=3, deterministic=True)
+        weights = torch.cat([p.detach().flatten() for p in model.policy.parameters()])
+        return weights, np.load(f"{folder}/evaluations.npz")["results"], final
+    finally:
+        env.close()
+        eval_env.close()
+
+
+def test_ppo_trains_to_the_same_weights_as_on_subproc_vec_env(tmp_path):
+    """Training end to end (PPO, an EvalCallback, VecNormalize saved, loaded and trained on) is
+    bit for bit what it is on SB3's own SubprocVecEnv and wrappers."""
+    (tmp_path / "sb3").mkdir()
+    (tmp_path / "vecshm").mkdir()
+    theirs = _train_ppo(SubprocVecEnv, VecNormalize, str(tmp_path / "sb3"))
+    ours = _train_ppo(ShmVecEnv, vecshm.VecNormalize, str(tmp_path / "vecshm"))
+    assert torch.equal(ours[0], theirs[0]), "the trained weights differ"
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert ours[2] == theirs[2]
 
 
 def test_ppo_cnn_learns_through_sb3_wrappers():

@@ -40,8 +40,9 @@ _ENGINE_ONLY = (
 )
 
 
+_ASYNC_SIGNATURE = inspect.signature(AsyncVectorEnv.__init__)  # the installed Gymnasium's
 # Where ``worker`` sits among the positional arguments (after ``self``): the sixth in Gymnasium 1.1 and 1.4
-_WORKER_POSITION = list(inspect.signature(AsyncVectorEnv.__init__).parameters).index("worker") - 1
+_WORKER_POSITION = list(_ASYNC_SIGNATURE.parameters).index("worker") - 1
 
 
 def custom_worker_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -95,11 +96,10 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv):
             value = kwargs.pop(name)
             if value is not defaults[name] and value != defaults[name]:
                 raise ValueError(_ENGINE_ONLY.format(name, "such option"))
-        signature = inspect.signature(AsyncVectorEnv.__init__)
-        if "max_concurrency" not in signature.parameters and kwargs.get("max_concurrency", 0) is None:
+        if "max_concurrency" not in _ASYNC_SIGNATURE.parameters and kwargs.get("max_concurrency", 0) is None:
             del kwargs["max_concurrency"]  # a Gymnasium without it: None asks for nothing it lacks
         try:
-            arguments = signature.bind(self, *args, **kwargs).arguments
+            arguments = _ASYNC_SIGNATURE.bind(self, *args, **kwargs).arguments
         except TypeError as error:
             raise TypeError(f"ShmVectorEnv.__init__() {error}") from None
         worker = arguments["worker"]

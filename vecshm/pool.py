@@ -93,7 +93,7 @@ class WorkerPool:
         self.slices = slices
         self.context = context
         self.transport = transport
-        self.owner_pid = os.getpid()  # only this process ends the workers (see shutdown)
+        self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
         self.specs = [
             WorkerSpec(
                 index=w,
@@ -105,7 +105,7 @@ class WorkerPool:
                 autoreset=autoreset,
                 spin_seconds=spin_seconds,
                 settings=worker_settings[w],
-                parent_pid=os.getpid(),
+                parent_pid=self.owner_pid,
                 registry=registry,
             )
             for w, (start, stop) in enumerate(slices)

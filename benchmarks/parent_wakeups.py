@@ -24,17 +24,20 @@ from vecshm import ShmVectorEnv, sync
 from vecshm.bench.workloads import get_workload
 from vecshm.engine import Engine
 
+WARM_UP_RECVS = 200  # spinners, caches and the ring settle before counting
+
 
 class WakeCounts:
     """Waits, sleeps and futile wakes of the parent, counted by wrapping the engine's wait."""
 
     def __init__(self) -> None:
-        self.waits = self.sleeps = self.futile = 0
-        self.futile_seconds = 0.0
+        self.reset()
         self._woke: float | None = None  # when the last sleep of the current wait ended
 
     def reset(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        """Start counting from zero (the wrapped waits keep counting into this object)."""
+        self.waits = self.sleeps = self.futile = 0
+        self.futile_seconds = 0.0
 
     def wrap_wait(self, wait: Callable[..., Any]) -> Callable[..., Any]:
         def counted(engine: Engine, *args: Any) -> Any:
@@ -80,25 +83,29 @@ def measure(workload: str, n: int, batch: int, per_worker: int | None, seconds: 
     with counting() as counts:
         envs = ShmVectorEnv(wl.factories(n), batch_size=batch, envs_per_worker=per_worker)
         try:
-            envs.async_reset(seed=0)
-            k = recvs = 0
-            started = time.perf_counter()
-            while True:
-                if recvs == 200:  # warm-up done: count from here
-                    counts.reset()
-                    k, started, cpu = 0, time.perf_counter(), time.process_time()
+
+            def cycle(k: int) -> int:
+                """One recv and the send after it; the envs stepped."""
                 *_, env_ids = envs.recv()
-                envs.send(actions[recvs % len(actions)][: len(env_ids)], env_ids)
-                k, recvs = k + len(env_ids), recvs + 1
-                if recvs > 200 and time.perf_counter() - started >= seconds:
-                    break
-            wall, cpu, counted = time.perf_counter() - started, time.process_time() - cpu, recvs - 200
+                envs.send(actions[k % len(actions)][: len(env_ids)], env_ids)
+                return len(env_ids)
+
+            envs.async_reset(seed=0)
+            for k in range(WARM_UP_RECVS):
+                cycle(k)
+            counts.reset()
+            steps = counted = 0
+            started, cpu = time.perf_counter(), time.process_time()
+            while time.perf_counter() - started < seconds:
+                steps += cycle(counted)
+                counted += 1
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
             workers = len(envs.processes)
         finally:
             envs.close()
     futile_us = counts.futile_seconds / max(1, counts.futile) * 1e6
     return (
-        f"{workload}, {n} envs on {workers} workers, batch {batch}: {k / wall:,.0f} env-steps/s; per recv: "
+        f"{workload}, {n} envs on {workers} workers, batch {batch}: {steps / wall:,.0f} env-steps/s; per recv: "
         f"waits {counts.waits / counted:.2f}, sleeps {counts.sleeps / counted:.2f}, futile wakes "
         f"{counts.futile / counted:.2f} ({futile_us:.1f} us of parent work each); "
         f"parent CPU {cpu / counted * 1e6:.0f} us"

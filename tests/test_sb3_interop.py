@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -41,14 +43,14 @@ def test_sb3_sees_vecshm_classes_as_its_own():
     assert issubclass(DummyVecEnv, SB3DummyVecEnv)
 
 
-def _train_ppo(vec_env_cls: type, normalize: type, folder: str) -> tuple[torch.Tensor, np.ndarray, tuple]:
+def _train_ppo(vec_env_cls: type, normalize: type, folder: Path) -> tuple[torch.Tensor, np.ndarray, tuple]:
     """PPO with an evaluation callback, a VecNormalize saved and loaded, and training resumed on it:
-    the trained weights, the callback's evaluations and a final evaluation."""
+    the trained weights, the callback's evaluations and a final evaluation (files go in ``folder``)."""
     env = normalize(make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=vec_env_cls))
     eval_env = make_vec_env("CartPole-v1", n_envs=2, seed=1, vec_env_cls=vec_env_cls)
     try:
-        callback = EvalCallback(normalize(eval_env, training=False, norm_reward=False), eval_freq=32, n_eval_episodes=2)
-        callback.log_path = f"{folder}/evaluations"
+        evaluated = normalize(eval_env, training=False, norm_reward=False)
+        callback = EvalCallback(evaluated, eval_freq=32, n_eval_episodes=2, log_path=str(folder))
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=0, device="cpu")
         model.learn(384, callback=callback)
         assert model.get_env() is env
@@ -70,10 +72,8 @@ def _train_ppo(vec_env_cls: type, normalize: type, folder: str) -> tuple[torch.T
 def test_ppo_trains_to_the_same_weights_as_on_subproc_vec_env(tmp_path):
     """Training end to end (PPO, an EvalCallback, VecNormalize saved, loaded and trained on) is
     bit for bit what it is on SB3's own SubprocVecEnv and wrappers."""
-    (tmp_path / "sb3").mkdir()
-    (tmp_path / "vecshm").mkdir()
-    theirs = _train_ppo(SubprocVecEnv, VecNormalize, str(tmp_path / "sb3"))
-    ours = _train_ppo(ShmVecEnv, vecshm.VecNormalize, str(tmp_path / "vecshm"))
+    theirs = _train_ppo(SubprocVecEnv, VecNormalize, tmp_path / "sb3")
+    ours = _train_ppo(ShmVecEnv, vecshm.VecNormalize, tmp_path / "vecshm")
     assert torch.equal(ours[0], theirs[0]), "the trained weights differ"
     np.testing.assert_array_equal(ours[1], theirs[1])
     assert ours[2] == theirs[2]

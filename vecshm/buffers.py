@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecshm.layout import Leaf, leaves
-from vecshm.memory import Field, Segment, SegmentPlan
+from vecshm.memory import Field, Segment, SegmentPlan, mapping_array
 
 __all__ = ["BufferSpec", "Buffers"]
 
@@ -125,7 +125,8 @@ class Buffers:
     def __init__(self, spec: BufferSpec, segment: Segment) -> None:
         self.spec = spec
         self.segment = segment
-        views = spec.plan().views(segment.buffer)
+        self.mapping = mapping_array(segment.buffer)  # every view below, and every lent array, derives from it
+        views = spec.plan().views(self.mapping)
         self.cmd_seq = views["cmd_seq"]
         self.cmd = views["cmd"]
         self.done_seq = views["done_seq"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Field", "SegmentPlan", "Segment", "NamedSegment"]
+__all__ = ["Field", "SegmentPlan", "Segment", "NamedSegment", "mapping_array"]
 
 ALIGNMENT = 64  # one cache line: no two arrays share a line, so no false sharing between writers
 
@@ -55,19 +55,24 @@ class SegmentPlan:
             offset += -(-field.nbytes // ALIGNMENT) * ALIGNMENT
         self.size = max(offset, ALIGNMENT)
 
-    def views(self, buffer: mmap.mmap | memoryview) -> dict[str, np.ndarray]:
-        """An array per field, each a view of one ``np.frombuffer`` array over the whole ``buffer``.
-
-        That base holds the buffer exported, so the mapping cannot be closed while any array made
-        from a view lives: observations returned with ``copy=False`` (views of the segment) stay
-        readable after ``close()``, as ``AsyncVectorEnv``'s do. ``np.ndarray(buffer=...)`` would
-        not hold it: ``mmap.close()`` would unmap the memory under such an array, and reading it
-        would crash the process.
-        """
-        whole = np.frombuffer(buffer, dtype=np.uint8)
+    def views(self, whole: np.ndarray) -> dict[str, np.ndarray]:
+        """An array per field, each a view of ``whole``, the segment's bytes as one array
+        (:func:`mapping_array`), so that each holds the mapping as that array does."""
         return {
             f.name: whole[f.offset : f.offset + f.nbytes].view(f.dtype).reshape(f.shape) for f in self.fields.values()
         }
+
+
+def mapping_array(buffer: mmap.mmap | memoryview) -> np.ndarray:
+    """The whole ``buffer`` as one uint8 array, which holds it exported.
+
+    So the mapping cannot be closed while any array made from this one lives: observations
+    returned with ``copy=False`` (views of the segment) and lent batches stay readable after
+    ``close()``, as ``AsyncVectorEnv``'s do. ``np.ndarray(buffer=...)`` would not hold it:
+    ``mmap.close()`` would unmap the memory under such an array, and reading it would crash the
+    process.
+    """
+    return np.frombuffer(buffer, dtype=np.uint8)
 
 
 def _anonymous_fd(size: int) -> int:

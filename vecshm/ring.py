@@ -119,7 +119,7 @@ class UnitRing:
         # per leaf: address of row 0, bytes per row, dtype, shape of a row
         self._leaves = [(a.ctypes.data, a.strides[0], a.dtype, a.shape[1:]) for a in self.arrays]
         self.max_lent = self.units - num_workers  # so that every worker in flight finds a free unit
-        self._mapping: Any = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
+        self._mapping: Any = buffers.mapping
         # the units in the pipe, in the order workers will claim them (first: one partly taken)
         self._queue: deque[int] = deque()
         self._leases = [0] * spec.ring_units  # per unit: the lent batches viewing it

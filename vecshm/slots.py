@@ -70,7 +70,7 @@ class ObservationSlots:
     def __init__(self, buffers: Buffers) -> None:
         spec = buffers.spec
         plan = spec.plan()
-        self._mapping = np.frombuffer(buffers.segment.buffer, dtype=np.uint8)
+        self._mapping = buffers.mapping
         base = self._mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
         if not first:  # every observation leaf is dynamic (pickled): nothing to lend

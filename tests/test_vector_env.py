@@ -90,6 +90,33 @@ def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(
         reference.close()
 
 
+@pytest.mark.parametrize("obs_key", ["box_f32", "dict", "dyn_text", "dyn_oneof", "dyn_sequence", "dyn_custom"])
+def test_a_partial_reset_before_the_first_reset_is_async_vector_env_s(obs_key, no_leaks):
+    """``reset(options={"reset_mask": ...})`` before some env was ever reset: that env has no
+    observation yet. ``AsyncVectorEnv`` returns the zeros of its shared memory for it (fixed-size
+    spaces) or the ``None`` its worker sends (``shared_memory=False``, dynamic spaces); vecshm
+    returns the same, where before it raised a bare ``EOFError`` for a pickled space. The envs'
+    observation spaces are seeded, so the envs that do reset return the same values in both."""
+
+    def factory(tag: int):
+        def make() -> gym.Env:
+            env = make_space_env(obs_key, tag=tag)()
+            env.unwrapped.observation_space.seed(100 + tag)
+            return env
+
+        return make
+
+    fns = [factory(i) for i in range(3)]
+    options = {"shared_memory": shared_memory_for(obs_key)}
+    with ShmVectorEnv(fns, envs_per_worker=2, **options) as ours, closing(AsyncVectorEnv(fns, **options)) as reference:
+        for mask in ([True, False, True], [False, True, False]):
+            assert_tree_equal(
+                ours.reset(options={"reset_mask": np.array(mask)}),
+                reference.reset(options={"reset_mask": np.array(mask)}),
+                f"reset_mask={mask}",
+            )
+
+
 @pytest.mark.parametrize("obs_key", DYNAMIC_KEYS)
 def test_shared_memory_true_refuses_what_async_vector_env_refuses(obs_key, no_leaks):
     """AsyncVectorEnv(shared_memory=True) refuses spaces without a fixed shape (TypeError) and custom

@@ -331,6 +331,12 @@ class EnvRunner:
             if request is None:  # not part of a partial reset: its latest observation stays
                 latest = self.last_obs[offset]
                 observations.append(UNCHANGED if latest is None else latest)
+                if latest is None and self.obs_dynamic:
+                    # Never reset: it has no observation yet. Its fixed leaves read as the slot's
+                    # zeros (AsyncVectorEnv's shared memory), its pickled leaves as None (the None
+                    # its worker sends without shared memory).
+                    nones = [None] * sum(leaf.dynamic for leaf in self.obs_leaves)
+                    self._write_blob(b.obs_blob_len, b.obs_blob_arena, index, nones, "obs")
                 continue
             observations.append(UNCHANGED)
             self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one

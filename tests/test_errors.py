@@ -6,11 +6,13 @@ import os
 import signal
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import make_space_env, process_alive
+from conftest import assert_tree_equal, make_space_env, process_alive
 from faulty_envs import faulty, healthy, raises_in_constructor
 from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from vecshm import (
     AlreadyPendingCallError,
@@ -129,6 +131,46 @@ def test_calls_out_of_order_and_after_close(no_leaks):
     for call in (venv.reset, lambda: venv.step(np.zeros(2, dtype=np.int64)), lambda: venv.get_attr("t")):
         with pytest.raises(ClosedError, match="closed"):
             call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda venv: venv.get_attr("t"),
+        lambda venv: venv.set_attr("t", 5, indices=[1]),
+        lambda venv: venv.env_method("reset", indices=0),
+        lambda venv: venv.env_is_wrapped(gym.Wrapper),
+        lambda venv: venv.has_attr("t"),
+        lambda venv: venv.get_images(),
+    ],
+    ids=["get_attr", "set_attr", "env_method", "env_is_wrapped", "has_attr", "get_images"],
+)
+@pytest.mark.parametrize("pending", ["step_async", "send"])
+def test_a_call_while_a_step_is_pending_is_refused_and_the_step_survives(call, pending, no_leaks):
+    """Between ``step_async`` and ``step_wait`` (or with ``send``'s envs in flight), a call on the
+    envs raises ``AlreadyPendingCallError``, as the Gymnasium facade does, and the step's results
+    are then those of ``DummyVecEnv``. It used to take the workers from the step: ``step_wait``
+    never returned. SubprocVecEnv hands the step's results to the call there."""
+    fns = [make_space_env("box_f32", tag=i) for i in range(4)]
+    actions = np.array([0, 1, 2, 1])
+    with ShmVecEnv(fns, envs_per_worker=2, batch_size=4) as venv:
+        reference = DummyVecEnv(fns)
+        venv.seed(3)
+        reference.seed(3)
+        assert_tree_equal(venv.reset(), reference.reset())
+        if pending == "step_async":
+            venv.step_async(actions)
+        else:
+            venv.send(actions, np.arange(4))
+        with pytest.raises(AlreadyPendingCallError, match="step_wait|recv"):
+            call(venv)
+        got = venv.step_wait() if pending == "step_async" else venv.recv()
+        if pending == "send":  # (obs, rewards, terminated, truncated, infos, env_ids), all 4 envs
+            order = np.argsort(got[-1])
+            got = (got[0][order], got[1][order], (got[2] | got[3])[order], [got[4][k] for k in order])
+        assert_tree_equal(got, reference.step(actions))
+        call(venv)  # and the call works once nothing is pending
+        reference.close()
 
 
 # -- env exceptions -------------------------------------------------------------------------------

@@ -218,23 +218,37 @@ class ShmVecEnv(EngineFacade, VecEnv):
                 stacklevel=2,
             )
             return [None for _ in self._all_envs]
-        return self._engine.call(CallOp.RENDER, self._all_envs)
+        return self._call("get_images", CallOp.RENDER, self._all_envs)
 
     def has_attr(self, attr_name: str) -> bool:
-        return all(self._engine.call(CallOp.HAS_ATTR, self._all_envs, attr_name))
+        return all(self._call("has_attr", CallOp.HAS_ATTR, self._all_envs, attr_name))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return self._engine.call(CallOp.GET_ATTR, self._get_indices(indices), attr_name)
+        return self._call("get_attr", CallOp.GET_ATTR, self._get_indices(indices), attr_name)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        self._engine.call(CallOp.SET_ATTR, self._get_indices(indices), attr_name, value, False)
+        self._call("set_attr", CallOp.SET_ATTR, self._get_indices(indices), attr_name, value, False)
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
-        return self._engine.call(
-            CallOp.ENV_METHOD, self._get_indices(indices), method_name, method_args, method_kwargs, False
+        return self._call(
+            "env_method", CallOp.ENV_METHOD, self._get_indices(indices), method_name, method_args, method_kwargs, False
         )
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        return self._engine.call(CallOp.IS_WRAPPED, self._get_indices(indices), wrapper_class)
+        return self._call("env_is_wrapped", CallOp.IS_WRAPPED, self._get_indices(indices), wrapper_class)
+
+    def _call(self, name: str, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
+        """Run ``op`` on ``env_ids``, once no step holds their workers. A call between ``step_async``
+        and ``step_wait``, or while ``send`` has envs in flight, is an error, as in the Gymnasium
+        facade: ``SubprocVecEnv`` would hand the step's results to the call and the call's to
+        ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
+        self._engine.check_usable()
+        if self.waiting:
+            raise AlreadyPendingCallError(f"{name}() was called while a step is pending; call step_wait() first")
+        if self._batches.active:
+            raise AlreadyPendingCallError(
+                f"{name}() was called while envs are in flight from send()/async_reset(); recv() them first"
+            )
+        return self._engine.call(op, env_ids, *args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from contextlib import closing
 
 import numpy as np
@@ -23,6 +24,19 @@ def in_segment_mapping(address: int) -> bool:
             if low <= address < high:
                 return "memfd:vecshm" in line or "/psm_" in line  # native memfd, or the portable shared_memory block
     return False
+
+
+def segment_descriptors() -> set[tuple[int, int]]:
+    """This process's open descriptors of vecshm segments, as (descriptor, inode) pairs."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if "memfd:vecshm" in target or "/psm_" in target:
+                found.add((int(fd), os.stat(f"/proc/self/fd/{fd}").st_ino))
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            pass
+    return found
 
 
 def first_address(obs: np.ndarray) -> int:
@@ -79,6 +93,7 @@ def test_a_dropped_batch_gives_its_slot_back():
 
 def test_results_outlive_close_and_the_mapping_goes_with_them():
     fns = [make_space_env("frame_u8") for _ in range(2)]
+    before = segment_descriptors()
     with ShmVecEnv(fns) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         venv.seed(4)
         reference.seed(4)
@@ -92,16 +107,18 @@ def test_results_outlive_close_and_the_mapping_goes_with_them():
     del obs
     gc.collect()
     assert not in_segment_mapping(address), "the mapping must go with the last array"
+    assert segment_descriptors() <= before, "and every descriptor of the segment with it"
 
 
 @pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8", "dict_img"])
 def test_copy_false_views_outlive_close_as_async_vector_env_s(obs_key):
     """``copy=False`` observations view the segment itself. Held past ``close()`` they read what
     they read before, as ``AsyncVectorEnv(copy=False)``'s views of its shared memory do, and the
-    mapping goes with the last of them. (``close()`` used to unmap the memory under them, and
-    reading them crashed the process.)"""
+    mapping, with every descriptor of the segment, goes with the last of them. (``close()`` used to
+    unmap the memory under them, and reading them crashed the process.)"""
     fns = [make_space_env(obs_key, tag=i) for i in range(3)]
     rng = np.random.default_rng(3)
+    before = segment_descriptors()
     ours, theirs = ShmVectorEnv(fns, copy=False), AsyncVectorEnv(fns, copy=False)
     try:
         ours.reset(seed=6)
@@ -121,6 +138,9 @@ def test_copy_false_views_outlive_close_as_async_vector_env_s(obs_key):
     del held, leaf
     gc.collect()
     assert not in_segment_mapping(address), "the mapping must go with the last view"
+    # the portable segment's own descriptor used to stay open for good (closed by nothing once
+    # SharedMemory.close() had met the views)
+    assert segment_descriptors() <= before, "and every descriptor of the segment with it"
 
 
 def test_partial_reset_returns_the_whole_batch_in_a_fresh_slot():

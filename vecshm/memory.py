@@ -167,9 +167,21 @@ class NamedSegment:
         try:
             shm.close()
         except BufferError:
-            # Arrays handed out still view the block; dropping our object leaves the mapping to
-            # them, and it is unmapped when the last of them goes.
-            pass
+            # Arrays handed out still view the block: they keep the mapping (through the
+            # memoryview they were made from), and it is unmapped when the last of them goes. The
+            # block's own descriptor is not needed for that (the mapping holds a copy of it), but
+            # ``SharedMemory.close`` stopped before closing it: close it here, and leave ``shm``
+            # nothing to close again when it is collected.
+            _drop_shared_memory(shm)
+
+
+def _drop_shared_memory(shm: shared_memory.SharedMemory) -> None:
+    """Close ``shm``'s descriptor and drop its memoryview and map, which arrays still export."""
+    fd = getattr(shm, "_fd", -1)
+    if fd >= 0:
+        os.close(fd)
+        shm._fd = -1  # type: ignore[attr-defined]
+    shm._buf = shm._mmap = None  # type: ignore[attr-defined]
 
 
 def _reserve(shm: shared_memory.SharedMemory, size: int) -> None:

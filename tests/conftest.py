@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import multiprocessing
 import os
 import time
@@ -260,16 +261,35 @@ def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any
 
 @pytest.fixture
 def no_leaks():
-    """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind."""
+    """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind.
+
+    Any descriptor of a vecshm segment counts; others may grow by two (the forkserver's, once)."""
     me = psutil.Process()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     fds_before = me.num_fds()
+    segments_before = segment_descriptors()
     yield
     children = [c for c in me.children(recursive=True) if process_alive(c.pid) and not _is_mp_helper(c)]
     assert not children, f"child processes left behind: {children}"
     shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert shm_after <= shm_before, f"/dev/shm entries left behind: {shm_after - shm_before}"
+    gc.collect()  # arrays of the test's own that still view a segment hold its descriptor
+    left = segment_descriptors() - segments_before
+    assert not left, f"descriptors of vecshm segments left open: {sorted(left)}"
     assert me.num_fds() <= fds_before + 2, f"file descriptors grew from {fds_before} to {me.num_fds()}"
+
+
+def segment_descriptors() -> set[tuple[int, int]]:
+    """This process's open descriptors of vecshm segments (memfd or portable), as (fd, inode)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if "memfd:vecshm" in target or "/psm_" in target:
+                found.add((int(fd), os.stat(f"/proc/self/fd/{fd}").st_ino))
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            pass
+    return found
 
 
 def _is_mp_helper(process: Any) -> bool:

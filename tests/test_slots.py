@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import gc
-import os
 from contextlib import closing
 
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
+from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions, segment_descriptors
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
@@ -24,19 +23,6 @@ def in_segment_mapping(address: int) -> bool:
             if low <= address < high:
                 return "memfd:vecshm" in line or "/psm_" in line  # native memfd, or the portable shared_memory block
     return False
-
-
-def segment_descriptors() -> set[tuple[int, int]]:
-    """This process's open descriptors of vecshm segments, as (descriptor, inode) pairs."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if "memfd:vecshm" in target or "/psm_" in target:
-                found.add((int(fd), os.stat(f"/proc/self/fd/{fd}").st_ino))
-        except OSError:  # closed meanwhile (the listing's own descriptor among them)
-            pass
-    return found
 
 
 def first_address(obs: np.ndarray) -> int:

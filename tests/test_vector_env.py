@@ -90,6 +90,13 @@ def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(
         reference.close()
 
 
+# Gymnasium 1.2's Text (RLlib's pin) samples its characters in the order of a frozenset, which
+# string hashing sets anew in each interpreter: the same seed gives other strings in a forkserver
+# worker than in the test's process. Gymnasium 1.4 sorts them.
+_CHARACTERS = gym.spaces.Text(4).character_list
+TEXT_SAMPLES_DEPEND_ON_THE_PROCESS = list(_CHARACTERS) != sorted(_CHARACTERS)
+
+
 @pytest.mark.parametrize("obs_key", ["box_f32", "dict", "dyn_text", "dyn_oneof", "dyn_sequence", "dyn_custom"])
 def test_a_partial_reset_before_the_first_reset_is_async_vector_env_s(obs_key, no_leaks):
     """``reset(options={"reset_mask": ...})`` before some env was ever reset: that env has no
@@ -97,6 +104,8 @@ def test_a_partial_reset_before_the_first_reset_is_async_vector_env_s(obs_key, n
     spaces) or the ``None`` its worker sends (``shared_memory=False``, dynamic spaces); vecshm
     returns the same, where before it raised a bare ``EOFError`` for a pickled space. The envs'
     observation spaces are seeded, so the envs that do reset return the same values in both."""
+    if obs_key == "dyn_text" and TEXT_SAMPLES_DEPEND_ON_THE_PROCESS:
+        pytest.skip("this Gymnasium's Text samples differ between interpreters (Gymnasium 1.4 sorts its characters)")
 
     def factory(tag: int):
         def make() -> gym.Env:

@@ -26,7 +26,7 @@ install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymna
 # The engine's tests, again on the portable transport (the one macOS and Windows take). The facades'
 # own tests (test_vector_env.py, test_dropin.py) sit above the transport and run once, in the suite.
 PARITY_TESTS := tests/test_parity.py tests/test_slots.py tests/test_async_batches.py tests/test_async_ring.py \
-	tests/test_lifecycle.py tests/test_errors.py tests/test_call_sequences.py
+	tests/test_lifecycle.py tests/test_errors.py
 
 test: install  ## the README's test command: the suite, the parity tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
 	$(BIN)/python -m pytest -q

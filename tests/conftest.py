@@ -135,9 +135,12 @@ class SpaceEnv(gym.Env):
         render_mode: str | None = "rgb_array",
         tag: int = 0,
         jitter_us: float = 0.0,
+        space_seed: int | None = None,
     ) -> None:
         # each env owns its spaces: a space shared in-process would share its sampling RNG
         self.observation_space = copy.deepcopy(observation_space)
+        if space_seed is not None:  # observations reproducible without a seeded reset too
+            self.observation_space.seed(space_seed)
         self.action_space = copy.deepcopy(action_space or spaces.Discrete(3))
         self.big_info_every = big_info_every
         self.render_mode = render_mode

@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, SPACES, SpaceEnv, assert_tree_equal, sample_actions, shared_memory_for
+from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions, shared_memory_for
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from stable_baselines3.common.monitor import Monitor
@@ -39,23 +39,10 @@ REFUSED_BEFORE_SENDING = ("bad_mask", "bad_seed", "set_attr")  # arguments check
 ENDINGS = ("close", "call_missing", "malformed_action")  # drawn rarely: they end what can be compared
 
 
-class SeededSpaceEnv(SpaceEnv):
-    """A ``SpaceEnv`` whose observations are reproducible without a seeded reset too."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.observation_space.seed(100 + self.tag)
-
-
 def env_fns(obs_key: str, act_key: str, monitor: bool = False) -> list[Callable[[], gym.Env]]:
-    def factory(tag: int) -> Callable[[], gym.Env]:
-        def make() -> gym.Env:
-            env = gym.wrappers.TimeLimit(SeededSpaceEnv(SPACES[obs_key], ACTION_SPACES[act_key], tag=tag), 5)
-            return Monitor(env) if monitor else env
-
-        return make
-
-    return [factory(i) for i in range(N_ENVS)]
+    """Envs whose observations are reproducible without a seeded reset too (seeded spaces)."""
+    fns = [make_space_env(obs_key, act_key, max_steps=5, tag=i, space_seed=100 + i) for i in range(N_ENVS)]
+    return [(lambda fn=fn: Monitor(fn())) for fn in fns] if monitor else fns
 
 
 def without_wall_clock(value: Any) -> Any:

@@ -106,16 +106,7 @@ def test_a_partial_reset_before_the_first_reset_is_async_vector_env_s(obs_key, n
     observation spaces are seeded, so the envs that do reset return the same values in both."""
     if obs_key == "dyn_text" and TEXT_SAMPLES_DEPEND_ON_THE_PROCESS:
         pytest.skip("this Gymnasium's Text samples differ between interpreters (Gymnasium 1.4 sorts its characters)")
-
-    def factory(tag: int):
-        def make() -> gym.Env:
-            env = make_space_env(obs_key, tag=tag)()
-            env.unwrapped.observation_space.seed(100 + tag)
-            return env
-
-        return make
-
-    fns = [factory(i) for i in range(3)]
+    fns = [make_space_env(obs_key, tag=i, space_seed=100 + i) for i in range(3)]
     options = {"shared_memory": shared_memory_for(obs_key)}
     with ShmVectorEnv(fns, envs_per_worker=2, **options) as ours, closing(AsyncVectorEnv(fns, **options)) as reference:
         for mask in ([True, False, True], [False, True, False]):

@@ -98,11 +98,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
     # -- stepping ---------------------------------------------------------------------------------
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._engine.check_usable()
-        if self.waiting:
-            raise AlreadyPendingCallError("step_async() was called while a step is pending; call step_wait() first")
-        if self._batches.active:
-            raise AlreadyPendingCallError("envs are in flight from send()/async_reset(); recv() them first")
+        self._check_idle("step_async")
         self._batches.forget_staged()
         self._engine.send_step(actions, self.copy)
         self.waiting = True
@@ -244,6 +240,11 @@ class ShmVecEnv(EngineFacade, VecEnv):
         and ``step_wait``, or while ``send`` has envs in flight, is an error, as in the Gymnasium
         facade: ``SubprocVecEnv`` would hand the step's results to the call and the call's to
         ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
+        self._check_idle(name)
+        return self._engine.call(op, env_ids, *args)
+
+    def _check_idle(self, name: str) -> None:
+        """Raise unless the vec env is usable and no step holds its workers (``name``: the caller's method)."""
         self._engine.check_usable()
         if self.waiting:
             raise AlreadyPendingCallError(f"{name}() was called while a step is pending; call step_wait() first")
@@ -251,4 +252,3 @@ class ShmVecEnv(EngineFacade, VecEnv):
             raise AlreadyPendingCallError(
                 f"{name}() was called while envs are in flight from send()/async_reset(); recv() them first"
             )
-        return self._engine.call(op, env_ids, *args)

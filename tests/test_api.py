@@ -74,12 +74,13 @@ def test_repr_reports_workers_and_shared_memory_size():
         assert venv._engine.nbytes >= 2 * 4 * 210 * 160 * 3
 
 
-def test_rewards_and_dones_have_sb3_dtypes():
+def test_rewards_and_dones_have_subproc_vec_env_s_dtypes():
     fns = [make_space_env("box_f32") for _ in range(2)]
     with ShmVecEnv(fns) as venv:
         venv.reset()
         _, rewards, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
-        assert rewards.dtype == np.float32 and rewards.shape == (2,)
+        # np.stack of the envs' Python floats, as SubprocVecEnv (test_parity.py compares every type with it)
+        assert rewards.dtype == np.float64 and rewards.shape == (2,)
         assert dones.dtype == np.bool_ and dones.shape == (2,)
         assert isinstance(infos, list) and len(infos) == 2
 

@@ -8,9 +8,11 @@ as SB3) for nested spaces and the other dynamic ones, which neither SB3 class ca
 
 from __future__ import annotations
 
+import functools
 from contextlib import closing
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions
@@ -35,16 +37,15 @@ def per_env(space: spaces.Space, actions: Any, n: int) -> Any:
     return actions
 
 
-def run_lockstep(
-    venv, reference, action_space, steps: int, seed: int = 3, keeps_reset_infos: bool = True, float64_rewards=False
-) -> int:
+def run_lockstep(venv, reference, action_space, steps: int, seed: int = 3, keeps_reset_infos: bool = True) -> int:
     """Step both vec envs with the same seeds and actions; compare everything; return episodes seen.
 
     ``keeps_reset_infos``: the reference keeps ``reset_infos[i]`` until env i's next reset (SB3's
     DummyVecEnv, and vecshm); SubprocVecEnv empties it on every step, so only ended envs compare.
-    ``float64_rewards``: SubprocVecEnv stacks the env's float rewards as float64; vecshm returns
-    float32 as DummyVecEnv does (docs/compatibility.md), so those compare after the cast.
+    Rewards compare bit for bit against SubprocVecEnv, which stacks the envs' own values, as
+    vecshm does; SB3's DummyVecEnv casts them to float32, so against it vecshm's are cast too.
     """
+    float32_rewards = isinstance(reference, SB3DummyVecEnv)
     rng = np.random.default_rng(seed)
     venv.seed(seed)
     reference.seed(seed)
@@ -56,9 +57,7 @@ def run_lockstep(
         obs, rewards, dones, infos = venv.step(actions)
         ref_obs, ref_rewards, ref_dones, ref_infos = reference.step(per_env(action_space, actions, venv.num_envs))
         assert_tree_equal(obs, ref_obs, f"step {t} obs")
-        assert_tree_equal(
-            rewards, ref_rewards.astype(np.float32) if float64_rewards else ref_rewards, f"step {t} rewards"
-        )
+        assert_tree_equal(rewards.astype(np.float32) if float32_rewards else rewards, ref_rewards, f"step {t} rewards")
         assert_tree_equal(dones, ref_dones, f"step {t} dones")
         assert_tree_equal(list(infos), list(ref_infos), f"step {t} infos")
         if keeps_reset_infos:
@@ -83,9 +82,7 @@ def test_bit_identical_to_sb3_dummy_vec_env_for_every_space(obs_key, envs_per_wo
 def test_text_and_custom_spaces_bit_identical_to_subproc_vec_env(obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i) for i in range(3)]
     with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SubprocVecEnv(fns)) as reference:
-        episodes = run_lockstep(
-            venv, reference, ACTION_SPACES["discrete"], steps=30, keeps_reset_infos=False, float64_rewards=True
-        )
+        episodes = run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=30, keeps_reset_infos=False)
     assert episodes >= 3
 
 
@@ -126,7 +123,7 @@ def test_nested_and_dynamic_spaces_match_sync_vector_env_same_step(obs_key, no_l
             actions = sample_actions(ACTION_SPACES["discrete"], n, rng)
             obs, rewards, dones, infos = venv.step(actions)
             ref_obs, ref_rewards, terminated, truncated, ref_infos = ref.step(actions)
-            assert_tree_equal(rewards, ref_rewards.astype(np.float32), f"step {t} rewards")
+            assert_tree_equal(rewards, ref_rewards, f"step {t} rewards")  # Python floats: float64 in both
             assert_tree_equal(dones, terminated | truncated, f"step {t} dones")
             for i in np.flatnonzero(dones):
                 final = final_value(space, ref_infos["final_obs"], i)
@@ -227,3 +224,84 @@ def test_one_process_per_env_oversubscribed_stays_bit_identical(no_leaks):
     fns = [make_space_env("box_f32", tag=i, big_info_every=0) for i in range(32)]
     with ShmVecEnv(fns, envs_per_worker=1) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=200)
+
+
+# Reward types an env may return, and the dtype np.stack (SubprocVecEnv) gives each: Python float
+# float64, Python int int64, bool bool, NumPy scalars their own, a 0-d array its dtype.
+REWARD_KINDS = {
+    "float": float,
+    "float32": np.float32,
+    "int": int,
+    "bool": bool,
+    "float64": np.float64,
+    "int32": np.int32,
+    "uint8": np.uint8,
+    "float16": np.float16,
+    "array_f32": lambda value: np.array(value, dtype=np.float32),
+}
+EPISODE_STEPS = 5
+
+
+def typed_reward(kinds: list[str], t: int) -> Any:
+    """The reward at step ``t`` of an env cycling through ``kinds`` (one kind: always that type)."""
+    kind = kinds[t % len(kinds)]
+    value = (t * 3) % 11  # small non-negative ints: every kind holds them exactly
+    return REWARD_KINDS[kind](value + 0.5 if kind.startswith(("float", "array")) else value)
+
+
+class TypedRewardEnv(gym.Env):
+    """An env whose rewards have the types of ``kinds``, in turn, step by step."""
+
+    observation_space = spaces.Box(0, 1, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, kinds: list[str]) -> None:
+        self.kinds = kinds
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), typed_reward(self.kinds, self.t), self.t == EPISODE_STEPS, False, {}
+
+
+MIXED_REWARDS = [["float"], ["float32"], ["int"], ["array_f32"], ["float", "int", "float32", "bool"]]
+
+
+@pytest.mark.parametrize(
+    "kinds", [[[kind]] * 3 for kind in REWARD_KINDS] + [MIXED_REWARDS], ids=[*REWARD_KINDS, "mixed"]
+)
+def test_rewards_come_in_the_dtype_subproc_vec_env_stacks_them_in(kinds, no_leaks):
+    """A Python float's rewards are float64, ``np.float32``'s float32, a Python int's int64; envs of
+    different types give their common type, and an env whose type changes changes it, step by step."""
+    fns = [functools.partial(TypedRewardEnv, env_kinds) for env_kinds in kinds]
+    with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SubprocVecEnv(fns)) as reference:
+        for run in range(2):  # and again after a reset
+            venv.reset(), reference.reset()
+            for t in range(2 * EPISODE_STEPS + 1):
+                actions = np.zeros(len(fns), dtype=np.int64)
+                assert_tree_equal(venv.step(actions)[1], reference.step(actions)[1], f"run {run} step {t} rewards")
+
+
+def test_async_batches_have_the_dtype_np_stack_gives_their_envs_rewards(no_leaks):
+    """As for a step: ``np.stack`` of the batch's envs' rewards; an env's reset counts as a float 0."""
+    fns = [functools.partial(TypedRewardEnv, env_kinds) for env_kinds in MIXED_REWARDS]
+    with ShmVecEnv(fns, envs_per_worker=2, batch_size=3) as venv:
+        venv.async_reset()
+        resetting, steps = set(range(len(fns))), [0] * len(fns)  # steps: sent to each env so far
+        for _ in range(40):
+            _, rewards, _, _, _, env_ids = venv.recv()
+            expected = [
+                0.0 if i in resetting else typed_reward(MIXED_REWARDS[i], (steps[i] - 1) % EPISODE_STEPS + 1)
+                for i in env_ids
+            ]
+            assert_tree_equal(rewards, np.stack(expected), f"rewards of envs {env_ids}")
+            resetting -= set(env_ids.tolist())
+            for i in env_ids:
+                steps[i] += 1
+            venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+        venv.recv()

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from vecshm.layout import Leaf, leaves
 from vecshm.memory import Field, Segment, SegmentPlan, mapping_array
 
-__all__ = ["BufferSpec", "Buffers"]
+__all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_codes"]
 
 INFO_EMPTY = 0
 INFO_PIPED = -1  # the info did not fit the arena slot and follows on the control socket
@@ -29,6 +29,36 @@ ACTION_DTYPES = tuple(
     for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
     + (np.float16, np.float32, np.float64)
 )
+
+
+# Rewards travel as float64, which holds exactly every float32 and float64, every bool and every int
+# up to 2**53. SubprocVecEnv returns ``np.stack`` of the envs' own rewards, whose dtype follows
+# their types (a Python float gives float64, ``np.float32`` float32, a Python int int64), so each
+# env's row also holds a code naming the dtype of its latest reward, and ShmVecEnv casts a batch to
+# the dtype ``np.stack`` would give it. Code 0, what a fresh segment holds, is a Python float's.
+REWARD_DTYPES = tuple(
+    np.dtype(t)
+    for t in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8)
+    + (np.uint64, np.uint32, np.uint16, np.uint8, np.bool_)
+)
+_REWARD_CODE = {dtype: code for code, dtype in enumerate(REWARD_DTYPES)}
+# The types whose values all give one dtype (a Python int: the platform's default integer).
+_REWARD_CODE_OF_TYPE = {
+    float: 0,
+    int: _REWARD_CODE[np.asarray(0).dtype],
+    bool: _REWARD_CODE[np.dtype(np.bool_)],
+    **{dtype.type: code for code, dtype in enumerate(REWARD_DTYPES)},
+}
+REWARD_TYPES = frozenset(_REWARD_CODE_OF_TYPE)  # a reward of one of these types always has the same code
+
+
+def reward_codes(rewards: list) -> list[int]:
+    """The code of ``np.asarray(reward).dtype`` for each reward (0 for what the table lacks: such
+    a reward is refused when written, unless it is a number, which then reads as a float64)."""
+    codes = [_REWARD_CODE_OF_TYPE.get(type(reward), -1) for reward in rewards]
+    if -1 in codes:  # arrays, and types the table does not name
+        codes = [_REWARD_CODE.get(np.asarray(r).dtype, 0) if c == -1 else c for r, c in zip(rewards, codes)]
+    return codes
 
 
 def action_dtypes(leaf: Leaf) -> tuple[np.dtype, ...]:
@@ -84,6 +114,7 @@ class BufferSpec:
             ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
             ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
+            ("reward_code", (n,), np.dtype(np.int8)),  # the dtype each env's reward had (REWARD_DTYPES)
             ("terminated", (n,), np.dtype(np.bool_)),
             ("truncated", (n,), np.dtype(np.bool_)),
             ("info_len", (n,), np.dtype(np.int64)),
@@ -136,6 +167,7 @@ class Buffers:
         self.busy = views["busy"]
         self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
+        self.reward_code = views["reward_code"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
         self.info_len = views["info_len"]

@@ -112,6 +112,7 @@ class Engine:
         env_fns: Sequence[Callable[[], Any]],
         *,
         autoreset: AutoReset,
+        reward_codes: bool = False,
         start_method: str | None = None,
         envs_per_worker: int | None = None,
         info_bytes: int = DEFAULT_INFO_BYTES,
@@ -130,7 +131,8 @@ class Engine:
 
         ``check_spaces`` gets every env's ``(observation_space, action_space)`` and raises if the
         facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf
-        (see :mod:`vecshm.layout`) as the facade's peer does; ``max_workers`` caps the processes.
+        (see :mod:`vecshm.layout`) as the facade's peer does; ``max_workers`` caps the processes;
+        ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``.
         """
         if on_worker_failure not in ("raise", "restart"):
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
@@ -179,6 +181,7 @@ class Engine:
             self.slices,
             context=context,
             autoreset=autoreset,
+            reward_codes=reward_codes,
             daemon=daemon,
             spin_seconds=worker_spin,
             worker_settings=settings,

@@ -84,6 +84,7 @@ class WorkerPool:
         *,
         context: mp.context.BaseContext,
         autoreset: AutoReset,
+        reward_codes: bool,
         daemon: bool,
         spin_seconds: float,
         worker_settings: list[dict[str, Any]],
@@ -103,6 +104,7 @@ class WorkerPool:
                 doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
                 autoreset=autoreset,
+                reward_codes=reward_codes,
                 spin_seconds=spin_seconds,
                 settings=worker_settings[w],
                 parent_pid=self.owner_pid,

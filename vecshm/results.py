@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, Buffers
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, REWARD_DTYPES, Buffers
 from vecshm.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
 from vecshm.layout import assemble, merge_leaves
 
@@ -92,6 +92,20 @@ class ResultReader:
         # an observation that is one array: assembling it is taking that array (without assemble's dispatch)
         obs_leaves = self.spec.obs_leaves
         self.one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
+        self._stacked_dtypes: dict[bytes, np.dtype] = {}  # the reward codes of a batch -> np.stack's dtype
+
+    def stacked_reward_dtype(self, env_ids: np.ndarray | None) -> np.dtype:
+        """The dtype ``np.stack`` gives the latest rewards of ``env_ids`` (None: every env), from the
+        codes their workers wrote (see ``REWARD_DTYPES``). Batches of one code repeat: a cache
+        keyed by the codes' bytes makes that a lookup."""
+        codes = self.buffers.reward_code if env_ids is None else self.buffers.reward_code[env_ids]
+        key = codes.tobytes()
+        dtype = self._stacked_dtypes.get(key)
+        if dtype is None:
+            dtype = np.result_type(*(REWARD_DTYPES[code] for code in set(codes.tolist())))
+            if len(self._stacked_dtypes) < 64:  # envs whose reward types keep changing must not grow it
+                self._stacked_dtypes[key] = dtype
+        return dtype
 
     def observations(
         self, env_ids: np.ndarray | None, copy: bool, fixed: list[np.ndarray] | None, piped: Mapping
@@ -200,6 +214,11 @@ class Batch:
             self.truncated = b.truncated[env_ids]
         self.restarted = extras.restarted.keys()
         self._reader, self._extras, self._fixed = reader, extras, fixed
+
+    def stacked_rewards(self) -> np.ndarray:
+        """The rewards in the dtype ``np.stack`` gives the envs' own values, as SubprocVecEnv returns
+        them (float64 for Python floats, float32 for ``np.float32``, int64 for Python ints)."""
+        return self.rewards.astype(self._reader.stacked_reward_dtype(self.env_ids), copy=False)
 
     def observations(self, copy: bool = True) -> Any:
         """The batch's observations: the lent leaves it came with, else read from slot 0 (``copy``:

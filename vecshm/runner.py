@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, Buffers, action_dtypes
+from vecshm.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, action_dtypes, reward_codes
 from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
@@ -75,6 +75,8 @@ class EnvRunner:
         self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
         self.piped: dict[tuple[str, int], bytes] = {}
         self.info_columns = ColumnWriter()
+        self.reward_codes = spec.reward_codes
+        self.reward_types: list[type] | None = None  # the types of the rewards whose codes were written last
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -153,7 +155,17 @@ class EnvRunner:
             failures += self._unwritable_scalars(rewards, terminated, truncated)
         if failures:
             raise _EnvFailure(failures)
+        if self.reward_codes:
+            types = [*map(type, rewards)]
+            if types != self.reward_types:  # an env keeps its reward type: most steps write no codes
+                self._write_reward_codes(rewards, types)
         return observations
+
+    def _write_reward_codes(self, rewards: list[Any], types: list[type]) -> None:
+        """The dtype of each reward (see ``REWARD_DTYPES``), written when the rewards' types change."""
+        self.buffers.reward_code[self.start : self.start + len(rewards)] = reward_codes(rewards)
+        # an array's dtype may change from one step to the next: such rewards are looked at every step
+        self.reward_types = types if REWARD_TYPES.issuperset(types) else None
 
     def _unwritable_scalars(self, rewards: list[Any], terminated: list[Any], truncated: list[Any]) -> list[RemoteError]:
         """A record naming each env whose reward or flag its column cannot hold (the slow path,
@@ -326,6 +338,7 @@ class EnvRunner:
         b = self.buffers
         failures: list[RemoteError] = []
         observations: list[Any] = []
+        self.reward_types = None  # a reset writes its envs' reward codes: the next step writes them again
         for offset, (env, request) in enumerate(zip(self.envs, requests)):
             index = self.start + offset
             if request is None:  # not part of a partial reset: its latest observation stays
@@ -346,6 +359,7 @@ class EnvRunner:
                 self.needs_reset[offset] = False
                 self.last_obs[offset] = observations[-1] = obs
                 b.rewards[index] = 0.0
+                b.reward_code[index] = 0  # a reset's reward reads as a Python float's 0.0
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY

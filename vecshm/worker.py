@@ -52,6 +52,7 @@ class WorkerSpec:
     doorbell: Doorbell | SocketDoorbell
     done_bell: Doorbell | SocketDoorbell
     autoreset: AutoReset
+    reward_codes: bool  # record each reward's dtype (see vecshm.buffers.REWARD_DTYPES)
     spin_seconds: float
     settings: dict[str, Any]
     parent_pid: int

@@ -279,7 +279,8 @@ class RayVecEnv(VecEnv):
             }
             for i in range(n)
         ]
-        return obs, np.zeros(n, dtype=np.float32), np.ones(n, dtype=bool), infos, dict(enumerate(reset_infos))
+        # rewards of 0.0 as a Python float's, the dtype ShmVecEnv gives a reset's
+        return obs, np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool), infos, dict(enumerate(reset_infos))
 
     # -- stepping -----------------------------------------------------------------------------------
 

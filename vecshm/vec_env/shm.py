@@ -74,6 +74,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
             fns,
             batch_size,
             autoreset=AutoReset.SAME_STEP,
+            reward_codes=True,  # rewards in np.stack's dtype, as SubprocVecEnv returns them
             start_method=start_method,
             envs_per_worker=envs_per_worker,
             info_bytes=info_bytes,
@@ -138,8 +139,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
             for k, i in enumerate(ids):
                 if i in batch.restarted:
                     infos[k]["worker_restarted"] = True
-        rewards = batch.rewards.astype(np.float32)
-        return batch.observations(self.copy), rewards, terminated, truncated, infos
+        return batch.observations(self.copy), batch.stacked_rewards(), terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 

@@ -193,6 +193,13 @@ def make_space_env(obs_key: str, act_key: str = "discrete", max_steps: int = 12,
     return factory
 
 
+def as_dummy_rewards(rewards: Any) -> Any:
+    """ShmVecEnv's rewards as SB3's ``DummyVecEnv`` gives them: cast to float32. ShmVecEnv keeps
+    ``SubprocVecEnv``'s dtype, ``np.stack``'s of the envs' values (float64 for Python floats:
+    ``test_parity.py`` checks it against ``SubprocVecEnv``), which holds the same value exactly."""
+    return np.float32(rewards) if np.isscalar(rewards) else np.asarray(rewards).astype(np.float32)
+
+
 def assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
     """Exact equality of nested dict/tuple/list/array values (dtype and bits included)."""
     if isinstance(a, dict):

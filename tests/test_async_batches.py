@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import assert_tree_equal, make_space_env, rounds_until_every_env_stepped
+from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, rounds_until_every_env_stepped
 from gymnasium.vector import SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
@@ -62,7 +62,7 @@ def test_sb3_batches_match_a_synchronous_run(no_leaks):
             obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
             for k, i in enumerate(env_ids):
                 terminal = infos[k].get("terminal_observation")
-                histories[int(i)].append((obs[k], rewards[k], terminated[k] | truncated[k], terminal))
+                histories[int(i)].append((obs[k], as_dummy_rewards(rewards[k]), terminated[k] | truncated[k], terminal))
             venv.send(np.array([action(i, len(histories[int(i)]) - 1) for i in env_ids]), env_ids)
         venv.recv()
     reference = SB3DummyVecEnv(fns())

@@ -13,6 +13,7 @@ import pytest
 from conftest import (
     HANG_GUARD_SECONDS,
     SPACES,
+    as_dummy_rewards,
     assert_histories_match_a_sync_run,
     assert_tree_equal,
     make_space_env,
@@ -143,7 +144,7 @@ def test_sb3_ring_batches_match_a_synchronous_run_infos_included(no_leaks):
         for _ in range(STEPS):
             obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
             for k, i in enumerate(env_ids.tolist()):
-                histories[i].append((obs[k], rewards[k], terminated[k] | truncated[k], infos[k]))
+                histories[i].append((obs[k], as_dummy_rewards(rewards[k]), terminated[k] | truncated[k], infos[k]))
             venv.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
         venv.recv()
     reference = SB3DummyVecEnv(fns)

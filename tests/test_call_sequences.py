@@ -23,7 +23,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions, shared_memory_for
+from conftest import (
+    ACTION_SPACES,
+    as_dummy_rewards,
+    assert_tree_equal,
+    make_space_env,
+    sample_actions,
+    shared_memory_for,
+)
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from stable_baselines3.common.monitor import Monitor
@@ -186,10 +193,16 @@ def test_random_call_sequences_match_async_vector_env(seed, obs_key, act_key, mo
 # -- the SB3 facade against DummyVecEnv -----------------------------------------------------------------
 
 
+def dummy_rewards(step: tuple) -> tuple:
+    """A step's results with the rewards as DummyVecEnv gives them (``as_dummy_rewards``)."""
+    obs, rewards, dones, infos = step
+    return obs, as_dummy_rewards(rewards), dones, infos
+
+
 SB3_CALLS: dict[str, Callable[[Any, Any], Any]] = {
     "reset": lambda e, _: e.reset(),
-    "step": lambda e, actions: e.step(actions),
-    "step_async_wait": lambda e, actions: (e.step_async(actions), e.step_wait())[1],
+    "step": lambda e, actions: dummy_rewards(e.step(actions)),
+    "step_async_wait": lambda e, actions: dummy_rewards((e.step_async(actions), e.step_wait())[1]),
     "seed": lambda e, seed: e.seed(seed),
     "set_options": lambda e, options: e.set_options(options),
     "env_method": lambda e, indices: e.env_method("get_wrapper_attr", "tag", indices=indices),

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import (
     SPACES,
+    as_dummy_rewards,
     assert_histories_match_a_sync_run,
     assert_tree_equal,
     make_space_env,
@@ -169,7 +170,7 @@ def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, mo
             obs, rewards, terminated, truncated, infos, env_ids = venv.recv()
             assert len(env_ids) == batch
             for k, i in enumerate(env_ids.tolist()):
-                histories[i].append((obs[k], rewards[k], terminated[k] | truncated[k], infos[k]))
+                histories[i].append((obs[k], as_dummy_rewards(rewards[k]), terminated[k] | truncated[k], infos[k]))
             send_in_parts(venv, env_ids, histories, rng)
         while venv._batches.active:
             venv.recv()

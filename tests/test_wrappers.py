@@ -77,12 +77,15 @@ def test_same_outputs_as_sb3(name):
 
 @pytest.mark.parametrize("name", ["frame_stack_image", "normalize_dict", "transpose_dict", "stack_of_three"])
 def test_same_outputs_on_shm_vec_env(name):
+    """vecshm's wrappers on ShmVecEnv, SB3's on SubprocVecEnv (the rewards VecNormalize scales are
+    SubprocVecEnv's float64s on both)."""
+    sb3_vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
     import vecshm
 
     obs_key, wrap = WRAPPERS[name]
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     ours = wrap(vecshm, ShmVecEnv(fns, envs_per_worker=2))
-    reference = wrap(vecshm, DummyVecEnv(fns))
+    reference = wrap(sb3_vec_env, sb3_vec_env.SubprocVecEnv(fns))
     try:
         lockstep(ours, reference)
     finally:

@@ -8,7 +8,11 @@ install would otherwise win (a script's own folder, not the current directory, c
     for i in 1 2 3 4 5 6; do for tree in ../old .; do
         PYTHONPATH=$tree python benchmarks/ab_step_rate.py vecshm/Frames-v0 sb3; done; done
 
-and compare the medians. ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
+and compare the medians. The workers are forked, so they run the tree the parent imported: under
+forkserver they import vecshm afresh, and with an editable install that is the editable tree
+whatever ``PYTHONPATH`` says (a change to the segment's layout made the old tree's workers fail to
+map the new tree's segment; a change inside the workers alone would have been measured on both
+sides). ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
 and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``), and
 ``sb3-async-all``/``gym-async-all`` in async batches of every env (what a synchronous step would
 cost through the async path); 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
@@ -60,7 +64,10 @@ def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
     fns = [make for _ in range(n_envs)]
     mode = facade.partition("-")[2]  # "", "async" or "async-all"
     batch = {"async": n_envs // 2, "async-all": n_envs}.get(mode)
-    venv = ShmVecEnv(fns, batch_size=batch) if facade.startswith("sb3") else ShmVectorEnv(fns, batch_size=batch)
+    if facade.startswith("sb3"):
+        venv = ShmVecEnv(fns, batch_size=batch, start_method="fork")
+    else:
+        venv = ShmVectorEnv(fns, batch_size=batch, context="fork")
     try:
         space = venv.action_space if facade.startswith("sb3") else venv.single_action_space
         space.seed(0)

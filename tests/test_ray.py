@@ -6,6 +6,7 @@ and ``SubprocVecEnv``, stepped in lockstep with the same seeds and actions.
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import signal
 import subprocess
@@ -61,6 +62,11 @@ CASES = [
 
 def actor_and_worker_pids(venv: RayVecEnv) -> list[int]:
     return [host["pid"] for host in venv.hosts] + [p for ps in venv.worker_pids() for p in ps]
+
+
+def actor_temp_dirs(venv: RayVecEnv) -> list[str]:
+    """Each actor's multiprocessing temp folder (``/tmp/pymp-*``: its forkserver's socket lives there)."""
+    return ray.get([a.__ray_call__.remote(lambda _: multiprocessing.util.get_temp_dir()) for a in venv.actors])
 
 
 def assert_step_reports_lost_actor(venv: RayVecEnv, within: float, actor: int, env_indices: list[int]) -> None:
@@ -149,6 +155,7 @@ def test_an_env_that_raises_names_its_global_index():
     fns = [healthy] * 3 + [faulty("raise", fail_at=2)] + [healthy]
     with closing(ray_vec_env(fns)) as venv:
         venv.reset()
+        folders = actor_temp_dirs(venv)
         venv.step(np.zeros(5, dtype=np.int64))
         with pytest.raises(WorkerError) as error:
             venv.step(np.zeros(5, dtype=np.int64))
@@ -157,6 +164,7 @@ def test_an_env_that_raises_names_its_global_index():
         assert "env 3 raised builtins.ValueError during step in Ray actor 1" in str(error.value)
         with pytest.raises(FailedError):
             venv.step(np.zeros(5, dtype=np.int64))
+    assert [f for f in folders if os.path.exists(f)] == [], "idle actors exit cleanly after a failure too"
 
 
 def test_an_env_that_cannot_be_built_fails_the_constructor_naming_it():
@@ -210,8 +218,10 @@ def test_close_leaves_no_actor_or_worker_and_later_use_is_refused():
     venv.reset()
     pids = actor_and_worker_pids(venv)
     actors = list(venv.actors)
+    folders = actor_temp_dirs(venv)
     venv.close()
     assert not [p for p in pids if process_alive(p)], "close() returns once its local processes are gone"
+    assert [f for f in folders if os.path.exists(f)] == [], "the actors exited cleanly: no /tmp/pymp-* left"
     for actor in actors:
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.describe.remote())

@@ -210,7 +210,8 @@ class RayVecEnv(VecEnv):
             envs = [i for k, ref in zip(actors, refs) if ref in late for i in self._envs_of(k)]
             where = ", ".join(self._where(k) for k, ref in zip(actors, refs) if ref in late)
             hint = "was it placed? Ray waits for the resources its actor_options ask for" if command == "start" else ""
-            self._fail_with([Failure("timeout", where, command, envs, detail=hint)])
+            busy = [k for k, ref in zip(actors, refs) if ref in late]
+            self._fail_with([Failure("timeout", where, command, envs, detail=hint)], busy)
         answers, failures = [], []
         for k, ref in zip(actors, refs):
             try:
@@ -229,11 +230,12 @@ class RayVecEnv(VecEnv):
             raise to_exception(failures)
         return answers
 
-    def _fail_with(self, failures: list[Failure]) -> None:
-        """Stop every actor (they can do nothing useful now) and raise the failures' exception."""
+    def _fail_with(self, failures: list[Failure], busy: Sequence[int] = ()) -> None:
+        """Stop every actor (they can do nothing useful now) and raise the failures' exception;
+        ``busy`` actors are still running a call (or were never placed) and are killed at once."""
         error = to_exception(failures)
         self._failure = str(error).split("\n", 1)[0]
-        self._kill_actors()
+        self._end_actors(busy)
         raise error
 
     def _restart(self, k: int, command: str, error: BaseException) -> Any:
@@ -405,14 +407,28 @@ class RayVecEnv(VecEnv):
                 ray.wait([a.close.remote() for a in live], num_returns=len(live), timeout=CLOSE_TIMEOUT)
             except Exception:
                 pass
-        self._kill_actors()
+        self._end_actors()
 
-    def _kill_actors(self) -> None:
-        for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+    def _end_actors(self, busy: Sequence[int] = ()) -> None:
+        """End every actor; on this host, return once their processes are gone.
+
+        Idle actors exit through Ray's graceful path (``__ray_terminate__``), which runs their
+        ``atexit`` handlers: that is where multiprocessing removes the ``/tmp/pymp-*`` folder holding
+        the socket of the actor's forkserver, which ``ray.kill`` would leave behind, one per actor
+        and vec env. ``busy`` actors (still in a call: a hung env, an actor never placed) and any
+        actor that has not exited within ``CLOSE_TIMEOUT`` are killed.
+        """
+        live = {k: actor for k, actor in enumerate(self.actors) if actor is not None}
+        ending = {k: actor.__ray_terminate__.remote() for k, actor in live.items() if k not in busy}
+        ended: list[Any] = []
+        if ending:
+            ended, _ = ray.wait(list(ending.values()), num_returns=len(ending), timeout=CLOSE_TIMEOUT)
+        for k, actor in live.items():
+            if k not in ending or ending[k] not in ended:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
         here = socket.gethostname()
         local = [h["pid"] for h in getattr(self, "hosts", []) if isinstance(h, dict) and h["host"] == here]
         processes = []
@@ -421,7 +437,13 @@ class RayVecEnv(VecEnv):
                 processes.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(processes, timeout=CLOSE_TIMEOUT)
+        _, stuck = psutil.wait_procs(processes, timeout=CLOSE_TIMEOUT)
+        for process in stuck:  # an exit handler that hangs
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(stuck, timeout=CLOSE_TIMEOUT)
 
     def __repr__(self) -> str:
         shares = "/".join(str(stop - start) for start, stop in self._shares) if hasattr(self, "_shares") else "?"

@@ -75,3 +75,10 @@ def healthy():
 
 def raises_in_constructor():
     raise RuntimeError("cannot build this env")
+
+
+def hangs_in_constructor():
+    """A constructor that never ends (a simulator that waits for a licence server, say); it says
+    on stdout when it has started, so that a test knows its worker is in there."""
+    os.write(1, f"constructing in {os.getpid()}\n".encode())  # one write: workers share the pipe
+    time.sleep(3600)

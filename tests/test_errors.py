@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive
-from faulty_envs import faulty, healthy, raises_in_constructor
+from faulty_envs import faulty, hangs_in_constructor, healthy, raises_in_constructor
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -26,6 +26,7 @@ from vecshm import (
     WorkerError,
 )
 from vecshm.buffers import INFO_PIPED
+from vecshm.pool import CLOSE_GRACE_SECONDS
 
 ZEROS = np.zeros(4, dtype=np.int64)
 
@@ -211,6 +212,17 @@ def test_exception_in_constructor_names_env(no_leaks):
     fns = [healthy, raises_in_constructor, healthy]
     with pytest.raises(WorkerError, match="env 1 raised .*RuntimeError during env construction: cannot build"):
         ShmVecEnv(fns, envs_per_worker=1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_a_construction_error_does_not_wait_for_envs_still_being_built(cls, no_leaks):
+    """Env 1 cannot be built while env 0's constructor runs on (for an hour): the error comes at
+    once, and env 0's worker is ended without the grace period that closing built envs gets."""
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match="env 1 raised .*RuntimeError during env construction: cannot build"):
+        cls([hangs_in_constructor, raises_in_constructor], envs_per_worker=1)
+    assert time.monotonic() - started < CLOSE_GRACE_SECONDS
 
 
 def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():

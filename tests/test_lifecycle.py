@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from conftest import wait_gone
 from faulty_envs import healthy
 
 from vecshm import ShmVecEnv
+from vecshm.pool import CLOSE_GRACE_SECONDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -125,6 +127,39 @@ def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
+
+
+CONSTRUCTING_PARENT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from faulty_envs import hangs_in_constructor
+    import vecshm
+
+    if __name__ == "__main__":
+        try:
+            vecshm.{cls}([hangs_in_constructor] * 2, envs_per_worker=1)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cls", ["ShmVecEnv", "ShmVectorEnv"])
+def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
+    """Workers still in an env's constructor cannot read a request to close: they are ended at once
+    instead of after the grace period given to built envs (5 s)."""
+    script = CONSTRUCTING_PARENT_SCRIPT.format(tests=os.path.join(ROOT, "tests"), cls=cls)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = [int(parent.stdout.readline().split()[-1]) for _ in range(2)]  # both constructors have started
+    interrupted = time.monotonic()
+    parent.send_signal(signal.SIGINT)
+    out, err = parent.communicate(timeout=120)
+    assert "interrupted" in out, err
+    assert time.monotonic() - interrupted < CLOSE_GRACE_SECONDS
+    assert wait_gone(workers, 30) == []
+    assert "Traceback" not in err, err
 
 
 @pytest.mark.timeout(180)

@@ -121,6 +121,7 @@ class WorkerPool:
         self.buffers: Buffers | None = None
         self.segment: Segment | NamedSegment | None = None
         self.stuck: set[int] = set()
+        self.built: set[int] = set()  # workers whose envs exist (they reported "ready")
         self.closed = False
         try:
             for w in range(len(slices)):
@@ -165,12 +166,29 @@ class WorkerPool:
     def collect_ready(self, deadline: float | None) -> list[tuple[Any, Any]]:
         """``(observation_space, action_space)`` of every env, in env order, once all exist.
 
-        Raises the first construction error.
+        Waits on every worker at once, so that the first construction error, or a dead worker, is
+        raised as soon as it happens rather than after the slower workers have built their envs
+        (a simulator that takes 30 s to load would otherwise hide a typo for 30 s).
         """
-        replies = [self.recv(w, deadline, Phase.CONSTRUCTION) for w in range(len(self.slices))]
-        for reply in replies:
-            if reply[0] == "error":
-                raise remote_error(reply[1])
+        replies: list[Any] = [None] * len(self.slices)
+        pending = list(range(len(self.slices)))
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = set(wait([self.conns[w] for w in pending] + [self.processes[w].sentinel for w in pending], timeout))
+            for w in list(pending):
+                if self.conns[w] in ready:
+                    try:
+                        replies[w] = self.conns[w].recv()
+                    except EOFError:
+                        self.raise_died(w, Phase.CONSTRUCTION)
+                    if replies[w][0] == "error":
+                        raise remote_error(replies[w][1])
+                    self.built.add(w)
+                    pending.remove(w)
+                elif self.processes[w].sentinel in ready:
+                    self.raise_died(w, Phase.CONSTRUCTION)
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                self.raise_timeout(pending, Phase.CONSTRUCTION)
         return [env_spaces for reply in replies for env_spaces in cloudpickle.loads(reply[1])]
 
     def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
@@ -314,10 +332,16 @@ class WorkerPool:
 
     def _ask_to_close(self) -> None:
         if self.buffers is None:  # still in the start-up handshake
-            for conn in self.conns:
+            for w, conn in enumerate(self.conns):
+                if conn is None:
+                    continue
+                if w not in self.built and not conn.poll():
+                    # Still building its envs (start-up failed elsewhere, or Ctrl-C): it would read
+                    # "close" only once they exist, so it is ended at once, as a stuck one is.
+                    self.stuck.add(w)
+                    continue
                 try:
-                    if conn is not None:
-                        conn.send(("close",))
+                    conn.send(("close",))
                 except OSError:
                     pass
             return

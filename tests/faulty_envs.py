@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import gymnasium as gym
@@ -82,3 +83,15 @@ def hangs_in_constructor():
     on stdout when it has started, so that a test knows its worker is in there."""
     os.write(1, f"constructing in {os.getpid()}\n".encode())  # one write: workers share the pipe
     time.sleep(3600)
+
+
+class LockedFactory:
+    """An env factory that holds a lock: cloudpickle cannot send it to a fresh process, a fork
+    inherits it as it is (SubprocVecEnv and AsyncVectorEnv take it under fork)."""
+
+    def __init__(self, env_id: str = "CartPole-v1") -> None:
+        self.env_id = env_id
+        self.lock = threading.Lock()
+
+    def __call__(self) -> gym.Env:
+        return gym.make(self.env_id)

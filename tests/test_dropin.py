@@ -30,10 +30,12 @@ from dropin_envs import (
     StrictResetEnv,
     echo,
 )
+from faulty_envs import LockedFactory
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
+from test_parity import run_lockstep
 
 from vecshm import ShmVecEnv, ShmVectorEnv
 
@@ -705,3 +707,29 @@ def test_env_fns_and_worker_are_kept_as_async_vector_env_keeps_them():
     with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
         assert ours.env_fns is fns and reference.env_fns is fns
         assert ours.worker is None and reference.worker is None
+
+
+@pytest.mark.timeout(120)
+def test_factories_that_cannot_be_pickled_run_under_fork_as_subproc_vec_env_runs_them():
+    fns = [LockedFactory() for _ in range(3)]
+    with closing(ShmVecEnv(fns, start_method="fork")) as ours, closing(SubprocVecEnv(fns, start_method="fork")) as ref:
+        run_lockstep(ours, ref, ours.action_space, steps=60, keeps_reset_infos=False)
+
+
+@pytest.mark.timeout(120)
+def test_factories_that_cannot_be_pickled_run_wherever_async_vector_env_s_default_runs_them():
+    """``AsyncVectorEnv(context=None)`` forks where multiprocessing's default is fork: there it takes
+    such factories, and ShmVectorEnv must too (elsewhere both refuse them)."""
+    fns = [LockedFactory() for _ in range(3)]
+    try:
+        reference = AsyncVectorEnv(fns)
+    except Exception as error:
+        with pytest.raises(type(error)):
+            ShmVectorEnv(fns)
+        return
+    with closing(reference), closing(ShmVectorEnv(fns)) as ours:
+        assert ours._engine.start_method == "fork"
+        assert_tree_equal(ours.reset(seed=5), reference.reset(seed=5), "reset")
+        for t in range(60):
+            actions = np.full(3, t % 2)
+            assert_tree_equal(ours.step(actions), reference.step(actions), f"step {t}")

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive
-from faulty_envs import faulty, hangs_in_constructor, healthy, raises_in_constructor
+from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -223,6 +223,14 @@ def test_a_construction_error_does_not_wait_for_envs_still_being_built(cls, no_l
     with pytest.raises(WorkerError, match="env 1 raised .*RuntimeError during env construction: cannot build"):
         cls([hangs_in_constructor, raises_in_constructor], envs_per_worker=1)
     assert time.monotonic() - started < CLOSE_GRACE_SECONDS
+
+
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_factory_that_cannot_be_sent_to_its_worker_is_named(cls, method, no_leaks):
+    fns = [healthy, LockedFactory()]
+    with pytest.raises(TypeError, match=r"env_fns\[1\] cannot be sent to a .* process: TypeError: cannot pickle"):
+        cls(fns, **{"start_method" if cls is ShmVecEnv else "context": method})
 
 
 def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():

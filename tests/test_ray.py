@@ -29,7 +29,7 @@ from conftest import (
     sample_actions,
     wait_gone,
 )
-from faulty_envs import faulty, healthy, raises_in_constructor
+from faulty_envs import LockedFactory, faulty, healthy, raises_in_constructor
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from test_parity import run_lockstep
@@ -171,6 +171,11 @@ def test_an_env_that_cannot_be_built_fails_the_constructor_naming_it():
     with pytest.raises(WorkerError, match="cannot build this env") as error:
         ray_vec_env([healthy, healthy, raises_in_constructor])
     assert error.value.env_index == 2
+
+
+def test_a_factory_that_cannot_be_sent_to_the_actors_is_named():
+    with pytest.raises(TypeError, match=r"env_fns\[2\] cannot be sent to Ray actor 1: TypeError: cannot pickle"):
+        ray_vec_env([healthy, healthy, LockedFactory()])
 
 
 def test_a_vecshm_worker_killed_inside_an_actor_names_its_envs():

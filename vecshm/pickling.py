@@ -14,7 +14,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["dumps"]
+__all__ = ["can_pickle", "dumps", "factories_by_value"]
 
 
 def dumps(value: Any) -> bytes:
@@ -23,3 +23,38 @@ def dumps(value: Any) -> bytes:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return cloudpickle.dumps(value)
+
+
+def can_pickle(value: Any) -> bool:
+    """Whether cloudpickle can pickle ``value`` (a factory that holds a lock or an open file cannot)."""
+    try:
+        cloudpickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def factories_by_value(env_fns: list[Any], start: int, stop: int, how: str, can_fork: bool = True) -> bytes:
+    """``env_fns[start:stop]`` cloudpickled, for a process that does not inherit them (``how`` says
+    which: "a forkserver worker process", "Ray actor 1"; ``can_fork``: whether forking it instead
+    is a way out).
+
+    A factory that cannot be pickled is named in the error, which keeps pickle's own type: the
+    bare ``cannot pickle '_thread.lock' object`` says neither which env nor what to do.
+    """
+    try:
+        return cloudpickle.dumps(env_fns[start:stop])
+    except Exception as error:
+        culprit = next((i for i in range(start, stop) if not can_pickle(env_fns[i])), start)
+        message = (
+            f"env_fns[{culprit}] cannot be sent to {how}: {type(error).__name__}: {error}. A factory travels "
+            "there by value (cloudpickle), so it must not hold a lock, an open file or socket, or a live env: "
+            "create those inside the factory"
+        )
+        if can_fork:
+            message += ", or fork the workers (start_method='fork', context='fork'): they inherit the factories"
+        try:
+            named = type(error)(message)
+        except Exception:
+            raise error from None
+        raise named from error

@@ -25,6 +25,7 @@ import numpy as np
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.memory import NamedSegment, Segment
+from vecshm.pickling import factories_by_value
 from vecshm.protocol import AutoReset, Command, Phase
 from vecshm.ring import UnitPipe
 from vecshm.sync import new_doorbell
@@ -95,11 +96,16 @@ class WorkerPool:
         self.context = context
         self.transport = transport
         self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
+        # A forked worker inherits the factories as they are, as SubprocVecEnv's and AsyncVectorEnv's
+        # do: pickling them would refuse factories those accept under fork.
+        forks = context.get_start_method() == "fork"
+        where = f"a {context.get_start_method()} worker process"
+        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in slices]
         self.specs = [
             WorkerSpec(
                 index=w,
                 env_start=start,
-                env_fns=cloudpickle.dumps(env_fns[start:stop]),
+                env_fns=payloads[w],
                 conn=None,  # type: ignore[arg-type]  (set per process start)
                 doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
@@ -110,7 +116,7 @@ class WorkerPool:
                 parent_pid=self.owner_pid,
                 registry=registry,
             )
-            for w, (start, stop) in enumerate(slices)
+            for w, (start, _) in enumerate(slices)
         ]
         self.daemon = daemon
         self.doorbells = [spec.doorbell for spec in self.specs]

@@ -7,9 +7,11 @@ Gymnasium's ``AsyncVectorEnv(context=None)`` uses multiprocessing's default inst
 Linux up to Python 3.13. Scripts rely on that without knowing it. A script whose top-level code
 creates the vec env outside ``if __name__ == "__main__":``, or one fed through standard input
 (``python - < train.py``), runs under fork. Under forkserver or spawn every worker would first
-re-import that script, and fails. ``ShmVectorEnv`` keeps forkserver's safety wherever a worker can
-re-import the main script, and forks exactly where it cannot and multiprocessing's default is
-fork. So every script that runs under ``AsyncVectorEnv`` runs under ``ShmVectorEnv``.
+re-import that script, and fails; so does a factory that cannot be pickled (one that holds a lock or
+an open file), which a forked worker inherits as it is. ``ShmVectorEnv`` keeps forkserver's safety
+wherever a worker can re-import the main script and be sent the factories, and forks exactly where
+it cannot and multiprocessing's default is fork. So every script that runs under
+``AsyncVectorEnv`` runs under ``ShmVectorEnv``.
 
 Under forkserver each worker is forked from a server process that has imported only the main
 script, so it then imports NumPy, Gymnasium and vecshm itself: about 0.3 s per vec env on a
@@ -24,7 +26,11 @@ import functools
 import multiprocessing as mp
 import os
 import sys
+from collections.abc import Sequence
 from types import FrameType
+from typing import Any
+
+from vecshm.pickling import can_pickle
 
 __all__ = ["default_start_method", "gymnasium_start_method", "preload_in_forkserver", "workers_can_import_main"]
 
@@ -52,22 +58,23 @@ def preload_in_forkserver() -> None:
         forkserver.set_forkserver_preload([*modules, WORKER_MODULE])
 
 
-def gymnasium_start_method(caller: FrameType | None) -> str:
-    """The start method for ``ShmVectorEnv(context=None)``, created from the frame ``caller``.
+def gymnasium_start_method(caller: FrameType | None, env_fns: Sequence[Any] = ()) -> str:
+    """The start method for ``ShmVectorEnv(context=None)`` over ``env_fns``, created from the frame ``caller``.
 
     - A method the program chose with ``multiprocessing.set_start_method``, as ``AsyncVectorEnv``
       follows it. Only a choice other than the platform's default can be told apart from none:
       ``multiprocessing.get_context()`` (which ``AsyncVectorEnv`` itself calls) fixes the default
       as if it had been chosen.
     - ``fork`` where that is multiprocessing's default and a fresh worker could not import the
-      main script (see :func:`workers_can_import_main`).
+      main script (see :func:`workers_can_import_main`), or could not be sent the factories
+      (one holds a lock, say): ``AsyncVectorEnv`` forks them as they are.
     - Otherwise SB3's default, :func:`default_start_method`.
     """
     platform_default = _platform_default()
     chosen = mp.get_start_method(allow_none=True)
     if chosen is not None and chosen != platform_default:
         return chosen
-    if platform_default == "fork" and not workers_can_import_main(caller):
+    if platform_default == "fork" and not (workers_can_import_main(caller) and all(map(can_pickle, env_fns))):
         return "fork"
     return default_start_method()
 

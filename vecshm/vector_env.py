@@ -107,11 +107,12 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if reset_ahead and self.autoreset_mode is not AutoresetMode.NEXT_STEP:
             raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
+        fns = list(env_fns)
         self._start_engine(
-            list(env_fns),
+            fns,
             batch_size,
             autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else _AUTORESET[self.autoreset_mode],
-            start_method=context if context is not None else gymnasium_start_method(sys._getframe()),
+            start_method=context if context is not None else gymnasium_start_method(sys._getframe(), fns),
             envs_per_worker=envs_per_worker,
             info_bytes=info_bytes,
             timeout=step_timeout,

@@ -47,7 +47,7 @@ class WorkerSpec:
 
     index: int
     env_start: int
-    env_fns: bytes
+    env_fns: bytes | list[Callable[[], gym.Env]]  # cloudpickled, or the factories themselves under fork
     conn: Connection
     doorbell: Doorbell | SocketDoorbell
     done_bell: Doorbell | SocketDoorbell
@@ -125,7 +125,7 @@ def exit_with_parent(parent_pid: int) -> None:
 
 
 def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
-    fns: list[Callable[[], gym.Env]] = cloudpickle.loads(spec.env_fns)
+    fns = cloudpickle.loads(spec.env_fns) if isinstance(spec.env_fns, bytes) else spec.env_fns
     envs: list[gym.Env] = []
     for offset, fn in enumerate(fns):
         index = spec.env_start + offset

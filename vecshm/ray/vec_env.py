@@ -8,7 +8,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import psutil
@@ -18,6 +17,7 @@ from ray.exceptions import RayActorError
 from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
 from vecshm.layout import tree_map
+from vecshm.pickling import factories_by_value
 from vecshm.pool import describe_envs
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception
@@ -162,7 +162,11 @@ class RayVecEnv(VecEnv):
     def _launch(self, k: int) -> Any:
         start, stop = self._shares[k]
         return _EnvHostActor.options(**self._per_actor[k]).remote(
-            cloudpickle.dumps(self._fns[start:stop]), start, k, self._shm_options, self._registry
+            factories_by_value(self._fns, start, stop, f"Ray actor {k}", can_fork=False),
+            start,
+            k,
+            self._shm_options,
+            self._registry,
         )
 
     @staticmethod

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
-from vecshm import ShmVecEnv
+from vecshm import ShmVecEnv, ShmVectorEnv
 
 NESTED_OR_DYNAMIC = ["nested"] + [key for key in SPACES if key.startswith("dyn_")]
 STACKED_BY_SUBPROC = ["dyn_text", "dyn_custom"]
@@ -305,3 +305,30 @@ def test_async_batches_have_the_dtype_np_stack_gives_their_envs_rewards(no_leaks
                 steps[i] += 1
             venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
         venv.recv()
+
+
+class SloppyDtypeEnv(gym.Env):
+    """A ``float32`` Box env that returns float64 arrays on reset and lists on step (SB3's env
+    checker warns about both)."""
+
+    observation_space = spaces.Box(-1, 1, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 3), {}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 3).tolist(), 0.0, bool(action), False, {}
+
+
+def test_observations_that_break_their_space_s_dtype_come_cast_as_dummy_vec_env_casts_them(no_leaks):
+    """Shared memory is laid out per space: float64 values of a float32 space arrive cast, as from
+    SB3's DummyVecEnv and Gymnasium's vector envs (SubprocVecEnv stacks them as float64)."""
+    with closing(ShmVecEnv([SloppyDtypeEnv] * 3, envs_per_worker=2)) as venv:
+        reference = SB3DummyVecEnv([SloppyDtypeEnv] * 3)
+        run_lockstep(venv, reference, venv.action_space, steps=30)
+    with closing(ShmVectorEnv([SloppyDtypeEnv] * 3)) as envs, closing(SyncVectorEnv([SloppyDtypeEnv] * 3)) as ref:
+        assert_tree_equal(envs.reset(seed=1), ref.reset(seed=1), "reset")
+        for t in range(30):
+            assert_tree_equal(envs.step(np.full(3, t % 2)), ref.step(np.full(3, t % 2)), f"step {t}")

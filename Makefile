@@ -37,7 +37,7 @@ test: install  ## the README's test command: the suite, the parity tests on the 
 	$(MAKE) test-rllib
 
 test-rllib: install-rllib  ## RLlib on vecshm, and the Gymnasium-facade parity tests again on RLlib's Gymnasium
-	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_vector_env.py tests/test_dropin.py tests/test_info_batching.py tests/test_info_columns.py tests/test_docs.py -k "not test_docs or scaling"
+	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_vector_env.py tests/test_dropin.py tests/test_call_sequences.py tests/test_info_batching.py tests/test_info_columns.py tests/test_docs.py -k "not test_docs or scaling"
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples

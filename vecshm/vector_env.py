@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -489,6 +490,22 @@ def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.S
         )
 
 
+def _gymnasium_version() -> tuple[int, int]:
+    major, minor = (re.findall(r"\d+", gym.__version__) + ["0", "0"])[:2]
+    return int(major), int(minor)
+
+
+# Gymnasium 1.1 to 1.3's AsyncVectorEnv asserts its reset arguments; 1.4 raises ValueError and
+# TypeError, with other words for the mask. vecshm raises what the installed one raises.
+_RESET_ARGUMENTS_ASSERTED = _gymnasium_version() < (1, 4)
+
+
+def _bad_reset_argument(kind: type[Exception], message: str, asserted: str | None = None) -> Exception:
+    """The error for a bad seed list or mask: ``kind(message)``, or the ``AssertionError`` (with
+    the wording ``asserted``, where it differs) that Gymnasium before 1.4 raises."""
+    return AssertionError(asserted or message) if _RESET_ARGUMENTS_ASSERTED else kind(message)
+
+
 def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
     if seed is None:
         return [None] * num_envs
@@ -496,21 +513,37 @@ def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int |
         return [int(seed) + i for i in range(num_envs)]
     seeds = list(seed)
     if len(seeds) != num_envs:
-        raise ValueError(
-            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}."
+        raise _bad_reset_argument(
+            ValueError,
+            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}.",
         )
     return seeds
 
 
 def _check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    old = "`options['reset_mask': mask]`"
     if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        raise _bad_reset_argument(
+            TypeError,
+            f"`options['reset_mask']` must be a numpy array, got {type(mask)}",
+            f"{old} must be a numpy array, got {type(mask)}",
+        )
     if mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
+        raise _bad_reset_argument(
+            ValueError,
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}",
+            f"{old} must have shape `({num_envs},)`, got {mask.shape}",
+        )
     if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        raise _bad_reset_argument(
+            TypeError,
+            f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}",
+            f"{old} must have `dtype=np.bool_`, got {mask.dtype}",
+        )
     if not mask.any():
-        raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+        raise _bad_reset_argument(
+            ValueError,
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}",
+            f"{old} must contain a boolean array, got reset_mask={mask}",
         )
     return mask

@@ -405,13 +405,15 @@ class RayVecEnv(VecEnv):
         self.waiting = False
         if not ray.is_initialized():  # ray.shutdown() already ended the actors
             return
-        live = [a for a in self.actors if a is not None]
-        if live and not self._failure:
+        busy: list[int] = []  # actors whose close did not return: still in a call, killed at once
+        if not self._failure:
+            closing = {k: actor.close.remote() for k, actor in enumerate(self.actors) if actor is not None}
             try:
-                ray.wait([a.close.remote() for a in live], num_returns=len(live), timeout=CLOSE_TIMEOUT)
+                closed, _ = ray.wait(list(closing.values()), num_returns=len(closing), timeout=CLOSE_TIMEOUT)
+                busy = [k for k, ref in closing.items() if ref not in closed]
             except Exception:
                 pass
-        self._end_actors()
+        self._end_actors(busy)
 
     def _end_actors(self, busy: Sequence[int] = ()) -> None:
         """End every actor; on this host, return once their processes are gone.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -95,3 +97,17 @@ class LockedFactory:
 
     def __call__(self) -> gym.Env:
         return gym.make(self.env_id)
+
+
+class SpawningEnv(FaultyEnv):
+    """An env that starts a process of its own (a simulator, say) and never stops it: its
+    ``close()`` is gymnasium's, which does nothing. ``child_pid`` names that process."""
+
+    def __init__(self, fault: str = "none", fail_at: int = 3) -> None:
+        super().__init__(fault, fail_at)
+        self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        self.child_pid = self.child.pid
+
+
+def spawning(fault: str = "none", **kwargs):
+    return lambda: SpawningEnv(fault, **kwargs)

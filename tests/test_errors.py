@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive
-from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor
+from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor, spawning
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -348,6 +348,25 @@ def test_hung_env_times_out_and_close_terminates_it(no_leaks):
         venv.step(ZEROS)
     venv.close()
     assert not any(process_alive(pid) for pid in pids)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+@pytest.mark.parametrize("ending", ["close", "hung step"])
+def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, no_leaks):
+    """An env's own processes (a simulator it never stops) end at close(), also when its worker is
+    terminated in the middle of a step: once a worker is gone they would belong to init."""
+    fault = "hang" if ending == "hung step" else "none"
+    envs = cls([spawning(fault, fail_at=2)] + [spawning()] * 2, envs_per_worker=2, step_timeout=2.0)
+    spawned = envs.get_attr("child_pid")
+    assert all(process_alive(pid) for pid in spawned)
+    envs.reset()
+    envs.step(np.zeros(3, dtype=np.int64))
+    if ending == "hung step":
+        with pytest.raises(StepTimeoutError):
+            envs.step(np.zeros(3, dtype=np.int64))
+    envs.close()
+    assert [pid for pid in spawned if process_alive(pid)] == []
 
 
 # -- restart policy -------------------------------------------------------------------------------

@@ -410,10 +410,12 @@ def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
 
 
 def _mp_helper(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker or forkserver (``python -c "from multiprocessing.X import main..."``)."""
     try:
-        return any("from multiprocessing." in part for part in process.cmdline())
+        command = " ".join(process.cmdline())
     except psutil.Error:
         return False
+    return "multiprocessing.resource_tracker" in command or "multiprocessing.forkserver" in command
 
 
 def end_spawned(spawned: Sequence[psutil.Process], grace: float = SPAWNED_GRACE_SECONDS) -> None:

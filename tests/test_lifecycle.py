@@ -15,7 +15,7 @@ from conftest import wait_gone
 from faulty_envs import healthy
 
 from vecshm import ShmVecEnv
-from vecshm.pool import CLOSE_GRACE_SECONDS
+from vecshm.pool import CLOSE_GRACE_SECONDS, _ctrl_c_after_the_starts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,6 +160,32 @@ def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
     assert time.monotonic() - interrupted < CLOSE_GRACE_SECONDS
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, err
+
+
+def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():
+    """Raised inside ``Process.start()`` (waiting for the forkserver's pid), a KeyboardInterrupt
+    would leave a worker the pool never learnt of, alive until its envs were built (then a broken
+    pipe's traceback). The pool holds Ctrl-C back until its starts are done, then raises it."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with _ctrl_c_after_the_starts():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("the starts went on")
+    assert steps == ["the starts went on"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def own_handler(signum, frame):
+        steps.append("the program's handler ran")
+
+    previous = signal.signal(signal.SIGINT, own_handler)
+    try:
+        with _ctrl_c_after_the_starts():  # a program's own handler is left alone
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("after")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert steps[1:] == ["the program's handler ran", "after"]
 
 
 @pytest.mark.timeout(180)

@@ -7,13 +7,15 @@ garbage-collected or still open at interpreter exit never leaves a process behin
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing import process as mp_process
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
@@ -132,8 +134,9 @@ class WorkerPool:
         self.built: set[int] = set()  # workers whose envs exist (they reported "ready")
         self.closed = False
         try:
-            for w in range(len(slices)):
-                self._start_process(w)
+            with _ctrl_c_after_the_starts():
+                for w in range(len(slices)):
+                    self._start_process(w)
         except BaseException:
             self.shutdown()  # the workers already started: none outlives a failed start
             raise
@@ -379,6 +382,30 @@ class WorkerPool:
         end_processes([process for _, process in started], CLOSE_GRACE_SECONDS)
         for _, process in started:
             process.close()
+
+
+@contextlib.contextmanager
+def _ctrl_c_after_the_starts() -> Iterator[None]:
+    """Hold a Ctrl-C back until the worker processes have started, then raise it.
+
+    Raised inside ``Process.start()`` (which waits for the forkserver to report the new pid), a
+    ``KeyboardInterrupt`` would leave a worker running that the pool never learnt of: nothing
+    would end it, and it would die on a broken pipe once its envs were built. Only the default
+    handler, in the main thread, is replaced: a program's own SIGINT handler is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    interrupted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def end_processes(processes: Sequence[Any], grace: float) -> None:

@@ -72,7 +72,11 @@ def worker_main(spec: WorkerSpec) -> None:
     if envs is None:
         return
     # vecshm.pickling: a Space subclass defined in the user's main script must come back too
-    conn.send(("ready", dumps([(env.observation_space, env.action_space) for env in envs])))
+    try:
+        conn.send(("ready", dumps([(env.observation_space, env.action_space) for env in envs])))
+    except (BrokenPipeError, ConnectionResetError):  # the vec env gave up on us while the envs were built
+        _close_envs(envs)
+        return
     message = _recv_or_orphaned(conn, parent)
     if message is None or message[0] != "attach":
         _close_envs(envs)
@@ -141,7 +145,10 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
                 )
             envs.append(env)
         except Exception as exc:
-            spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
+            try:
+                spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
+            except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
+                pass
             _close_envs(envs)
             return None
     return envs

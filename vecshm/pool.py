@@ -233,7 +233,8 @@ class WorkerPool:
         old.close()
         self.conns[w].close()
         self.conns[w] = self.processes[w] = None  # until the new one has started
-        self._start_process(w)
+        with _ctrl_c_after_the_starts():
+            self._start_process(w)
         reply = self.recv(w, deadline, Phase.RESTART)
         if reply[0] == "error":
             raise remote_error(reply[1])

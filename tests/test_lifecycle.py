@@ -14,8 +14,9 @@ import pytest
 from conftest import wait_gone
 from faulty_envs import healthy
 
-from vecshm import ShmVecEnv
-from vecshm.pool import CLOSE_GRACE_SECONDS, _ctrl_c_after_the_starts
+from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.pool import CLOSE_GRACE_SECONDS, WorkerPool, _ctrl_c_after_the_starts
+from vecshm.protocol import Phase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -160,6 +161,24 @@ def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
     assert time.monotonic() - interrupted < CLOSE_GRACE_SECONDS
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_ctrl_c_while_the_workers_map_the_segment_ends_them_at_once(cls, monkeypatch, no_leaks):
+    """Interrupted while worker 1 maps the segment, worker 0 already waits for commands, where a
+    request to close sent over its socket is never read: it is ended at once, not after 5 s."""
+    receive = WorkerPool.recv
+
+    def interrupted_at_worker_1(self, w, deadline, during):
+        if during is Phase.START_UP and w == 1:
+            raise KeyboardInterrupt
+        return receive(self, w, deadline, during)
+
+    monkeypatch.setattr(WorkerPool, "recv", interrupted_at_worker_1)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cls([healthy] * 2, envs_per_worker=1)
+    assert time.monotonic() - started < CLOSE_GRACE_SECONDS
 
 
 def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():

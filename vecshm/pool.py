@@ -349,9 +349,11 @@ class WorkerPool:
             for w, conn in enumerate(self.conns):
                 if conn is None:
                     continue
-                if w not in self.built and not conn.poll():
-                    # Still building its envs (start-up failed elsewhere, or Ctrl-C): it would read
-                    # "close" only once they exist, so it is ended at once, as a stuck one is.
+                if self.segment is not None or (w not in self.built and not conn.poll()):
+                    # A worker reads "close" only between building its envs and mapping the
+                    # segment. One still building (start-up failed elsewhere, or Ctrl-C), or one
+                    # sent the segment (it may be waiting for commands already), is ended at once,
+                    # as a stuck one is.
                     self.stuck.add(w)
                     continue
                 try:

@@ -29,7 +29,7 @@ from conftest import (
     sample_actions,
     wait_gone,
 )
-from faulty_envs import LockedFactory, faulty, healthy, raises_in_constructor
+from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from test_parity import run_lockstep
@@ -38,6 +38,7 @@ from vecshm import ActorDiedError, ClosedError, FailedError, StepTimeoutError, W
 
 ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
 from vecshm.ray import RayVecEnv  # noqa: E402
+from vecshm.ray.vec_env import CLOSE_TIMEOUT  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -176,6 +177,31 @@ def test_an_env_that_cannot_be_built_fails_the_constructor_naming_it():
 def test_a_factory_that_cannot_be_sent_to_the_actors_is_named():
     with pytest.raises(TypeError, match=r"env_fns\[2\] cannot be sent to Ray actor 1: TypeError: cannot pickle"):
         ray_vec_env([healthy, healthy, LockedFactory()])
+
+
+def test_ctrl_c_while_the_actors_build_their_envs_ends_them_at_once(monkeypatch):
+    """Actors still building their envs would answer a close only once built (never, here): they
+    are killed at once instead of after the 10 s given to a close."""
+    launched, launch, gather = [], RayVecEnv._launch, RayVecEnv._gather
+
+    def launch_and_record(self, k):
+        launched.append(launch(self, k))
+        return launched[-1]
+
+    def interrupted_start(self, refs, command, *args, **kwargs):
+        if command == "start":
+            raise KeyboardInterrupt
+        return gather(self, refs, command, *args, **kwargs)
+
+    monkeypatch.setattr(RayVecEnv, "_launch", launch_and_record)
+    monkeypatch.setattr(RayVecEnv, "_gather", interrupted_start)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ray_vec_env([hangs_in_constructor] * 2)
+    assert time.monotonic() - started < CLOSE_TIMEOUT
+    for actor in launched:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.describe.remote())
 
 
 def test_a_vecshm_worker_killed_inside_an_actor_names_its_envs():

@@ -141,13 +141,17 @@ class RayVecEnv(VecEnv):
         self._failure = ""
         self.actors: list[Any] = []
         self.closed = False
+        describing: list[Any] = []
         try:
             self.actors = [self._launch(k) for k in range(n_actors)]
-            self.hosts = self._gather([a.describe.remote() for a in self.actors], "start", timeout=start_timeout)
+            describing = [a.describe.remote() for a in self.actors]
+            self.hosts = self._gather(describing, "start", timeout=start_timeout)
             observation_space, action_space = self._spaces(self.hosts)
             super().__init__(len(self._fns), observation_space, action_space)
         except BaseException:
-            self.close()
+            # Actors still building their envs (Ctrl-C, say) would answer a close only once built
+            answered = ray.wait(describing, num_returns=len(describing), timeout=0)[0] if describing else []
+            self._close(busy=[k for k, ref in enumerate(describing) if ref not in answered])
             raise
 
     @staticmethod
@@ -399,18 +403,23 @@ class RayVecEnv(VecEnv):
 
     def close(self) -> None:
         """Close every actor's vec env, then end the actors; on this host, wait until their processes are gone."""
+        self._close(busy=[])
+
+    def _close(self, busy: list[int]) -> None:
+        """``close()``; ``busy`` actors are known to be in a call and are killed without waiting."""
         if self.closed:
             return
         self.closed = True
         self.waiting = False
         if not ray.is_initialized():  # ray.shutdown() already ended the actors
             return
-        busy: list[int] = []  # actors whose close did not return: still in a call, killed at once
+        closing = {}
         if not self._failure:
-            closing = {k: actor.close.remote() for k, actor in enumerate(self.actors) if actor is not None}
+            closing = {k: a.close.remote() for k, a in enumerate(self.actors) if a is not None and k not in busy}
+        if closing:
             try:
-                closed, _ = ray.wait(list(closing.values()), num_returns=len(closing), timeout=CLOSE_TIMEOUT)
-                busy = [k for k, ref in closing.items() if ref not in closed]
+                closed = ray.wait(list(closing.values()), num_returns=len(closing), timeout=CLOSE_TIMEOUT)[0]
+                busy = busy + [k for k, ref in closing.items() if ref not in closed]  # their close did not return
             except Exception:
                 pass
         self._end_actors(busy)

@@ -204,6 +204,20 @@ def test_ctrl_c_while_the_actors_build_their_envs_ends_them_at_once(monkeypatch)
             ray.get(actor.describe.remote())
 
 
+def test_close_with_a_hung_step_in_flight_kills_its_actor_at_once():
+    """An actor that has not answered its last call (a step left in flight on an env that hangs, or
+    one interrupted by Ctrl-C) would run a close only after it: it is killed at once."""
+    venv = ray_vec_env([healthy] * 2 + [faulty("hang", fail_at=2)] * 2)
+    venv.reset()
+    venv.step(np.zeros(4, dtype=np.int64))
+    pids = actor_and_worker_pids(venv)
+    venv.step_async(np.zeros(4, dtype=np.int64))  # envs 2-3 hang in it
+    started = time.monotonic()
+    venv.close()
+    assert time.monotonic() - started < CLOSE_TIMEOUT
+    assert wait_gone(pids, 30) == []
+
+
 def test_a_vecshm_worker_killed_inside_an_actor_names_its_envs():
     with closing(ray_vec_env([healthy] * 4)) as venv:
         venv.reset()

@@ -138,6 +138,7 @@ class RayVecEnv(VecEnv):
         self._restarts = [0] * n_actors
         self._last_obs: list[Any] = [None] * n_actors
         self._pending: list[ray.ObjectRef] = []
+        self._awaited: dict[int, ray.ObjectRef] = {}  # the last call sent to each actor (for close)
         self._failure = ""
         self.actors: list[Any] = []
         self.closed = False
@@ -211,6 +212,7 @@ class RayVecEnv(VecEnv):
         works), as in ``ShmVecEnv``; a failed ``get_attr``/``env_method`` does not.
         """
         actors = list(range(len(refs))) if actors is None else actors
+        self._awaited = dict(zip(actors, refs))
         fatal = command in ("start", "reset", "step")
         timeout = self.actor_timeout if timeout is None and command != "start" else timeout
         _, late = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -320,6 +322,7 @@ class RayVecEnv(VecEnv):
             actor.step.remote(tree_map(lambda leaf, a=start, b=stop: leaf[a:b], actions))
             for actor, (start, stop) in zip(self.actors, self._shares)
         ]
+        self._awaited = dict(enumerate(self._pending))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -402,8 +405,15 @@ class RayVecEnv(VecEnv):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every actor's vec env, then end the actors; on this host, wait until their processes are gone."""
-        self._close(busy=[])
+        """Close every actor's vec env, then end the actors; on this host, wait until their processes are gone.
+
+        Actors that have not answered the last call sent to them (a step left in flight, or one
+        interrupted by Ctrl-C, on an env that hangs) are killed at once: they would run the close
+        only after that call.
+        """
+        awaited = self._awaited if getattr(self, "_awaited", None) and ray.is_initialized() else {}
+        answered = ray.wait(list(awaited.values()), num_returns=len(awaited), timeout=0)[0] if awaited else []
+        self._close(busy=[k for k, ref in awaited.items() if ref not in answered])
 
     def _close(self, busy: list[int]) -> None:
         """``close()``; ``busy`` actors are known to be in a call and are killed without waiting."""

@@ -28,6 +28,7 @@ __all__ = ["RayVecEnv"]
 
 MAX_RESTARTS_PER_ACTOR = 20
 CLOSE_TIMEOUT = 10.0  # seconds for an actor to close its vec env before it is killed
+IN_FLIGHT_GRACE = 1.0  # seconds for a call still running at close() to finish before its actor is killed
 START_TIMEOUT = 300.0  # default seconds for the actors to be placed and build their envs
 DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
@@ -407,12 +408,14 @@ class RayVecEnv(VecEnv):
     def close(self) -> None:
         """Close every actor's vec env, then end the actors; on this host, wait until their processes are gone.
 
-        Actors that have not answered the last call sent to them (a step left in flight, or one
-        interrupted by Ctrl-C, on an env that hangs) are killed at once: they would run the close
-        only after that call.
+        An actor still in the last call sent to it (a step left in flight, or one interrupted by
+        Ctrl-C) runs the close only after that call: it gets ``IN_FLIGHT_GRACE`` seconds to finish
+        it, then is killed (an env that hangs would otherwise hold ``close()`` for ``CLOSE_TIMEOUT``).
         """
         awaited = self._awaited if getattr(self, "_awaited", None) and ray.is_initialized() else {}
-        answered = ray.wait(list(awaited.values()), num_returns=len(awaited), timeout=0)[0] if awaited else []
+        answered = []
+        if awaited:
+            answered = ray.wait(list(awaited.values()), num_returns=len(awaited), timeout=IN_FLIGHT_GRACE)[0]
         self._close(busy=[k for k, ref in awaited.items() if ref not in answered])
 
     def _close(self, busy: list[int]) -> None:

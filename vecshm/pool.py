@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import process as mp_process
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
@@ -182,24 +182,11 @@ class WorkerPool:
         (a simulator that takes 30 s to load would otherwise hide a typo for 30 s).
         """
         replies: list[Any] = [None] * len(self.slices)
-        pending = list(range(len(self.slices)))
-        while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = set(wait([self.conns[w] for w in pending] + [self.processes[w].sentinel for w in pending], timeout))
-            for w in list(pending):
-                if self.conns[w] in ready:
-                    try:
-                        replies[w] = self.conns[w].recv()
-                    except EOFError:
-                        self.raise_died(w, Phase.CONSTRUCTION)
-                    if replies[w][0] == "error":
-                        raise remote_error(replies[w][1])
-                    self.built.add(w)
-                    pending.remove(w)
-                elif self.processes[w].sentinel in ready:
-                    self.raise_died(w, Phase.CONSTRUCTION)
-            if pending and deadline is not None and time.monotonic() >= deadline:
-                self.raise_timeout(pending, Phase.CONSTRUCTION)
+        for w, reply in self.replies(range(len(self.slices)), deadline, Phase.CONSTRUCTION):
+            if reply[0] == "error":
+                raise remote_error(reply[1])
+            self.built.add(w)
+            replies[w] = reply
         return [env_spaces for reply in replies for env_spaces in cloudpickle.loads(reply[1])]
 
     def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
@@ -245,19 +232,27 @@ class WorkerPool:
 
     def recv(self, w: int, deadline: float | None, during: Phase) -> Any:
         """Receive from worker ``w``; a dead worker or a passed deadline raise instead of hanging."""
-        conn, process = self.conns[w], self.processes[w]
-        while True:
+        return next(self.replies([w], deadline, during))[1]
+
+    def replies(self, workers: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:
+        """``(w, message)``: the next message of each of ``workers``, in the order they arrive; a
+        dead worker or a passed deadline raise instead of hanging."""
+        pending = list(workers)
+        while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait([conn, process.sentinel], timeout)
-            if conn in ready:
-                try:
-                    return conn.recv()
-                except EOFError:
+            ready = set(wait([self.conns[w] for w in pending] + [self.processes[w].sentinel for w in pending], timeout))
+            for w in list(pending):
+                if self.conns[w] in ready:
+                    try:
+                        message = self.conns[w].recv()
+                    except EOFError:
+                        self.raise_died(w, during)
+                    pending.remove(w)
+                    yield w, message
+                elif self.processes[w].sentinel in ready:
                     self.raise_died(w, during)
-            if process.sentinel in ready:
-                self.raise_died(w, during)
-            if deadline is not None and time.monotonic() >= deadline:
-                self.raise_timeout([w], during)
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                self.raise_timeout(pending, during)
 
     def env_indices(self, w: int) -> list[int]:
         return list(range(*self.slices[w]))

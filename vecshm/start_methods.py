@@ -74,7 +74,7 @@ def gymnasium_start_method(caller: FrameType | None, env_fns: Sequence[Any] = ()
     chosen = mp.get_start_method(allow_none=True)
     if chosen is not None and chosen != platform_default:
         return chosen
-    if platform_default == "fork" and not (workers_can_import_main(caller) and all(map(can_pickle, env_fns))):
+    if platform_default == "fork" and not (workers_can_import_main(caller) and can_pickle(list(env_fns))):
         return "fork"
     return default_start_method()
 

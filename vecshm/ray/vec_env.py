@@ -68,6 +68,15 @@ def _writable_terminals(infos: list[dict]) -> list[dict]:
     return infos
 
 
+def _unanswered(calls: dict[int, Any], wait: float) -> list[int]:
+    """The actors (keys of ``calls``, actor -> its call's ref) whose call is still unanswered after
+    up to ``wait`` seconds."""
+    if not calls:
+        return []
+    answered = ray.wait(list(calls.values()), num_returns=len(calls), timeout=wait)[0]
+    return [k for k, ref in calls.items() if ref not in answered]
+
+
 def _alive_nodes() -> int:
     return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
 
@@ -152,8 +161,7 @@ class RayVecEnv(VecEnv):
             super().__init__(len(self._fns), observation_space, action_space)
         except BaseException:
             # Actors still building their envs (Ctrl-C, say) would answer a close only once built
-            answered = ray.wait(describing, num_returns=len(describing), timeout=0)[0] if describing else []
-            self._close(busy=[k for k, ref in enumerate(describing) if ref not in answered])
+            self._close(busy=_unanswered(dict(enumerate(describing)), wait=0.0))
             raise
 
     @staticmethod
@@ -412,11 +420,8 @@ class RayVecEnv(VecEnv):
         Ctrl-C) runs the close only after that call: it gets ``IN_FLIGHT_GRACE`` seconds to finish
         it, then is killed (an env that hangs would otherwise hold ``close()`` for ``CLOSE_TIMEOUT``).
         """
-        awaited = self._awaited if getattr(self, "_awaited", None) and ray.is_initialized() else {}
-        answered = []
-        if awaited:
-            answered = ray.wait(list(awaited.values()), num_returns=len(awaited), timeout=IN_FLIGHT_GRACE)[0]
-        self._close(busy=[k for k, ref in awaited.items() if ref not in answered])
+        awaited = getattr(self, "_awaited", {}) if ray.is_initialized() else {}
+        self._close(busy=_unanswered(awaited, wait=IN_FLIGHT_GRACE))
 
     def _close(self, busy: list[int]) -> None:
         """``close()``; ``busy`` actors are known to be in a call and are killed without waiting."""
@@ -448,11 +453,9 @@ class RayVecEnv(VecEnv):
         """
         live = {k: actor for k, actor in enumerate(self.actors) if actor is not None}
         ending = {k: actor.__ray_terminate__.remote() for k, actor in live.items() if k not in busy}
-        ended: list[Any] = []
-        if ending:
-            ended, _ = ray.wait(list(ending.values()), num_returns=len(ending), timeout=CLOSE_TIMEOUT)
+        still_there = _unanswered(ending, wait=CLOSE_TIMEOUT)
         for k, actor in live.items():
-            if k not in ending or ending[k] not in ended:
+            if k not in ending or k in still_there:
                 try:
                     ray.kill(actor, no_restart=True)
                 except Exception:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -49,6 +50,9 @@ class FaultyEnv(gym.Env):
             raise ValueError(f"boom at t={self.t}")
         if self.fault == "hang":
             time.sleep(3600)
+        if self.fault == "gil_hang":  # native code that keeps the GIL: no other thread of the worker runs
+            os.write(1, f"holding the GIL in {os.getpid()}\n".encode())  # one write: workers share the pipe
+            ctypes.PyDLL(None).sleep(3600)
         if self.fault == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.fault == "abort":

@@ -9,7 +9,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive
+from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive, wait_gone
 from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor, spawning
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -367,6 +367,20 @@ def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, no_leaks):
             envs.step(np.zeros(3, dtype=np.int64))
     envs.close()
     assert [pid for pid in spawned if process_alive(pid)] == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_processes_an_env_started_end_when_its_worker_dies(cls, no_leaks):
+    """A worker killed from outside leaves what its envs started to its guard (vecshm.guard),
+    which ends it at once; before, it went to init and outlived the vec env."""
+    envs = cls([spawning()] * 4, envs_per_worker=2)
+    spawned = envs.get_attr("child_pid")
+    os.kill(envs._engine.pool.processes[0].pid, signal.SIGKILL)
+    assert wait_gone(spawned[:2], 20) == []
+    assert all(process_alive(pid) for pid in spawned[2:])  # the live worker's stay
+    envs.close()
+    assert wait_gone(spawned, 5) == []
 
 
 # -- restart policy -------------------------------------------------------------------------------

@@ -94,6 +94,44 @@ def test_workers_exit_when_the_parent_is_killed(method):
     assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
 
 
+GIL_PARENT_SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    sys.path.insert(0, {tests!r})
+    from faulty_envs import spawning
+    from vecshm import ShmVecEnv
+
+    if __name__ == "__main__":
+        venv = ShmVecEnv([spawning("gil_hang", fail_at=2)] * 4, start_method={method!r}, envs_per_worker=2)
+        spawned = venv.get_attr("child_pid")
+        venv.reset()
+        venv.step(np.zeros(4, dtype=np.int64))
+        workers = [p.pid for p in venv._engine.pool.processes]
+        print(" ".join(map(str, workers)), "|", " ".join(map(str, spawned)), flush=True)
+        venv.step(np.zeros(4, dtype=np.int64))  # each worker's first env holds the GIL for good
+    """
+)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent_is_killed(method):
+    """A worker stuck in native code that keeps the GIL cannot run its watch thread, and the
+    kernel's parent-death signal (fork only) ends the worker alone: its guard (vecshm.guard) ends
+    the worker and the processes its envs started."""
+    script = GIL_PARENT_SCRIPT.format(tests=os.path.join(ROOT, "tests"), method=method)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = parent.stdout.readline()
+    assert "|" in line, f"parent failed to start: {parent.stderr.read()}"
+    workers, spawned = ([int(p) for p in part.split()] for part in line.split("|"))
+    holding = [parent.stdout.readline() for _ in workers]  # every worker is inside the native call
+    assert all(text.startswith("holding the GIL") for text in holding), holding
+    parent.kill()
+    parent.wait()
+    assert wait_gone(workers, 20) == []
+    assert wait_gone(spawned, 20) == []
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):

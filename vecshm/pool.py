@@ -27,6 +27,7 @@ import psutil
 
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
+from vecshm.guard import GUARD_NAME, is_mp_helper
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import factories_by_value
 from vecshm.protocol import AutoReset, Command, Phase
@@ -368,7 +369,7 @@ class WorkerPool:
         own helpers (a worker's resource tracker or forkserver) are left out: they end by
         themselves when their worker does, after cleaning up after it."""
         workers = [process.pid for process in self.processes if process is not None and process.exitcode is None]
-        return [p for p in _descendants(workers) if not _mp_helper(p)] if workers else []
+        return [p for p in _descendants(workers) if not (is_mp_helper(p) or _is_guard(p))] if workers else []
 
     def _reap(self) -> None:
         """Join within a grace period (the stuck workers terminated at once); terminate, then kill,
@@ -420,6 +421,14 @@ def end_processes(processes: Sequence[Any], grace: float) -> None:
             process.join()
 
 
+def _is_guard(process: psutil.Process) -> bool:
+    """A worker's guard (see :mod:`vecshm.guard`): it ends by itself with its worker."""
+    try:
+        return process.name() == GUARD_NAME
+    except psutil.Error:
+        return False
+
+
 def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
     """Every descendant of ``pids``, from one pass over the process table (``children(recursive=True)``
     makes one per call: 56 ms for 32 workers on this 2-core machine, more where more runs)."""
@@ -432,15 +441,6 @@ def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
             found.append(child)
             stack.append(child.pid)
     return found
-
-
-def _mp_helper(process: psutil.Process) -> bool:
-    """multiprocessing's resource tracker or forkserver (``python -c "from multiprocessing.X import main..."``)."""
-    try:
-        command = " ".join(process.cmdline())
-    except psutil.Error:
-        return False
-    return "multiprocessing.resource_tracker" in command or "multiprocessing.forkserver" in command
 
 
 def end_spawned(spawned: Sequence[psutil.Process], grace: float = SPAWNED_GRACE_SECONDS) -> None:

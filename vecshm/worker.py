@@ -27,6 +27,7 @@ import psutil
 from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import NO_ENV, Buffers, BufferSpec
 from vecshm.errors import RemoteError
+from vecshm.guard import start_guard
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
 from vecshm.protocol import AutoReset, Command, Phase
@@ -62,25 +63,37 @@ class WorkerSpec:
 
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a worker process."""
-    # Ctrl-C goes to the whole process group; the parent decides what happens to workers.
+    # Ctrl-C is the parent's to handle (it may reach a worker before it leaves the group below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    guard = start_guard(spec.parent_pid)  # first: while this process has one thread
+    closed = False
+    try:
+        closed = _run(spec)
+    finally:
+        if guard is not None:
+            guard.stop(owner_cleans_up=closed)
+
+
+def _run(spec: WorkerSpec) -> bool:
+    """Build the envs, attach the segment, serve commands; whether the vec env asked us to close
+    (it then ends what the envs left running itself), rather than failed or went away."""
     parent = os.getppid()
     exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
     envs = _build_envs(spec)
     if envs is None:
-        return
+        return False
     # vecshm.pickling: a Space subclass defined in the user's main script must come back too
     try:
         conn.send(("ready", dumps([(env.observation_space, env.action_space) for env in envs])))
     except (BrokenPipeError, ConnectionResetError):  # the vec env gave up on us while the envs were built
         _close_envs(envs)
-        return
+        return False
     message = _recv_or_orphaned(conn, parent)
     if message is None or message[0] != "attach":
         _close_envs(envs)
-        return
+        return message is not None and message[0] == "close"
     buffer_spec: BufferSpec = message[1]
     name: str | None = message[2]
     size = buffer_spec.plan().size
@@ -92,7 +105,7 @@ def worker_main(spec: WorkerSpec) -> None:
     seen = int(buffers.cmd_seq[spec.index])
     conn.send(("attached",))
     try:
-        _serve(spec, envs, buffers, parent, seen)
+        return _serve(spec, envs, buffers, parent, seen)
     finally:
         _close_envs(envs)
         buffers.release()
@@ -187,7 +200,8 @@ def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
         return None
 
 
-def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: int) -> None:
+def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: int) -> bool:
+    """Run commands until CLOSE (True) or the parent is gone (False)."""
     runner = EnvRunner(spec, envs, buffers)
     spinner = Spinner(spec.spin_seconds)
     me = spec.index
@@ -201,11 +215,11 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
             spinner.spin(lambda seen=seen: cmd_seq[me] != seen)
         while cmd_seq[me] == seen:
             if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
-                return
+                return False
         busy_since = time.perf_counter()
         spinner.record(busy_since - idle_since)
         seen = int(cmd_seq[me])
         command = Command(int(buffers.cmd[me]))
         if command is Command.CLOSE:
-            return
+            return True
         runner.run(command, seen)

@@ -1,0 +1,197 @@
+"""A worker's guard: a small process that ends what the worker leaves behind when it or its owner dies.
+
+Two endings escaped the worker's own defences (see :func:`vecshm.worker.exit_with_parent`):
+- An env stuck in native code that holds the GIL keeps the worker's watch thread from running,
+  so under forkserver (no parent-death signal: the worker is the forkserver's child) a worker
+  outlived an owner killed with SIGKILL, for good.
+- Processes an env started (a simulator, a server) went to init when their worker died, whether
+  by the parent-death signal, a crash or a kill: nothing alive knew of them.
+
+So each worker leads a process group of its own, which the processes its envs start join, and
+forks a guard before it builds any env. The guard waits, in a process of its own, for the owner or
+the worker to die, or for the worker to say it is exiting. Then it kills the worker if the owner
+died, and ends the rest of the group: SIGTERM, then SIGKILL after ``GRACE_SECONDS``.
+multiprocessing's own helpers (an env's resource tracker or forkserver) are left to end by
+themselves, after cleaning up after it. A worker that exits normally waits for its guard, so the
+guard is reaped; one that dies leaves it to init.
+
+What leaves the group (``setsid``, a daemon that detaches) is out of the guard's reach; ``close()``
+still ends those while their worker lives (see :meth:`vecshm.pool.WorkerPool.shutdown`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+import psutil
+
+__all__ = ["Guard", "start_guard", "end_group", "is_mp_helper", "GUARD_NAME"]
+
+GRACE_SECONDS = 1.0  # SIGTERM, then this long, then SIGKILL
+POLL_SECONDS = 0.2  # where the kernel gives no process descriptors to wait on
+GUARD_NAME = "vecshm-guard"
+# why the guard wakes: the worker's byte on its pipe, or a death
+CLEANED_UP, LEFT_TO_GUARD, OWNER_DIED, WORKER_DIED = (
+    b"c",
+    b"g",
+    b"o",
+    b"w",
+)  # the guard's name in the process table (Linux)
+PR_SET_NAME = 15
+
+
+class Guard:
+    """The worker's handle on its guard: ``stop`` at a normal exit, so that the worker reaps it."""
+
+    def __init__(self, pid: int, bell: int) -> None:
+        self.pid, self.bell = pid, bell
+
+    def stop(self, owner_cleans_up: bool) -> None:
+        """Stop the guard and wait for it. Unless the owner asked this worker to close (and then
+        ends what the envs left running itself), the guard first ends the rest of the group."""
+        try:
+            os.write(self.bell, CLEANED_UP if owner_cleans_up else LEFT_TO_GUARD)
+            os.close(self.bell)
+            os.waitpid(self.pid, 0)
+        except OSError:  # reaped or gone already
+            pass
+
+
+def start_guard(owner_pid: int) -> Guard | None:
+    """Make this worker a process group's leader and fork its guard; None where there is no
+    ``fork`` (Windows). Call it while the process has one thread."""
+    if not hasattr(os, "fork") or not hasattr(os, "setpgid"):
+        return None
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # a session leader cannot: the guard still ends a worker its owner left
+        pass
+    worker = os.getpid()
+    read_end, bell = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(read_end)
+        return Guard(pid, bell)
+    try:  # the guard: nothing here may return into the worker's code
+        _guard(owner_pid, worker, read_end)
+    finally:
+        os._exit(0)
+
+
+def _guard(owner_pid: int, worker: int, stop: int) -> None:
+    os.setpgid(0, 0)  # out of the worker's group, which it ends
+    _name_self()
+    # the worker's sockets and sentinel pipe: its death must show at once
+    os.closerange(3, stop)
+    os.closerange(stop + 1, _max_fd())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ended = _wait(owner_pid, worker, stop)
+    if ended == CLEANED_UP:
+        return
+    if ended == OWNER_DIED and os.getppid() == worker:  # still our parent: alive, maybe stuck holding its GIL
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    end_group(worker, spare=worker)
+
+
+def _name_self() -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, GUARD_NAME.encode(), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 4096
+
+
+def _wait(owner_pid: int, worker: int, stop: int) -> bytes:
+    """Wait until the owner or the worker has exited, or the worker stops the guard (a byte on
+    ``stop``); which: ``OWNER_DIED``, ``WORKER_DIED``, or the byte the worker sent."""
+    owner_fd = worker_fd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            owner_fd, worker_fd = os.pidfd_open(owner_pid), os.pidfd_open(worker)
+        except ProcessLookupError:
+            return WORKER_DIED if psutil.pid_exists(owner_pid) else OWNER_DIED
+        except OSError:  # no pidfd on this kernel: poll
+            owner_fd = worker_fd = None
+    if owner_fd is not None and worker_fd is not None:
+        ready, _, _ = select.select([stop, owner_fd, worker_fd], [], [])
+        if stop in ready:
+            return os.read(stop, 1) or WORKER_DIED
+        return OWNER_DIED if owner_fd in ready else WORKER_DIED
+    try:
+        owner = psutil.Process(owner_pid)
+    except psutil.NoSuchProcess:
+        return OWNER_DIED
+    while os.getppid() == worker:
+        if select.select([stop], [], [], POLL_SECONDS)[0]:
+            return os.read(stop, 1) or WORKER_DIED
+        if not _running(owner):
+            return OWNER_DIED
+    return WORKER_DIED
+
+
+def end_group(group: int, spare: int, grace: float = GRACE_SECONDS) -> None:
+    """End every process of process group ``group`` but ``spare`` and multiprocessing's helpers:
+    SIGTERM, then SIGKILL to those still running after ``grace`` seconds."""
+    members = _members(group, spare)
+    for process in members:
+        _signal(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while members and time.monotonic() < deadline:
+        time.sleep(0.01)  # not our children: only the process table tells they are gone
+        members = [p for p in members if _running(p)]
+    for process in members + _members(group, spare):  # and any started meanwhile
+        _signal(process, signal.SIGKILL)
+
+
+def _members(group: int, spare: int) -> list[psutil.Process]:
+    """The running processes of ``group`` but ``spare`` and multiprocessing's helpers."""
+    found = []
+    for pid in psutil.pids():
+        try:
+            if pid == spare or os.getpgid(pid) != group:
+                continue
+            process = psutil.Process(pid)
+        except (OSError, psutil.Error):  # gone meanwhile
+            continue
+        if _running(process) and not is_mp_helper(process):
+            found.append(process)
+    return found
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal(process: psutil.Process, signum: int) -> None:
+    try:
+        process.send_signal(signum)  # psutil checks the pid still names the same process
+    except psutil.Error:
+        pass
+
+
+def is_mp_helper(process: psutil.Process) -> bool:
+    """multiprocessing's resource tracker or forkserver (``python -c "from multiprocessing.X import main..."``)."""
+    try:
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return "multiprocessing.resource_tracker" in command or "multiprocessing.forkserver" in command

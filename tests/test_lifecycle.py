@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 
@@ -130,6 +132,64 @@ def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent
     parent.wait()
     assert wait_gone(workers, 20) == []
     assert wait_gone(spawned, 20) == []
+
+
+LOUD_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np, gymnasium as gym
+    from vecshm import ShmVecEnv
+
+    class Loud(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            print("reset", flush=True)
+            return np.zeros(2, np.float32), {{}}
+
+        def step(self, action):
+            print("step", flush=True)
+            return np.zeros(2, np.float32), 0.0, False, False, {{}}
+
+    if __name__ == "__main__":
+        venv = ShmVecEnv([Loud] * 2, start_method={method!r}, step_timeout=20)
+        venv.reset()
+        venv.step(np.zeros(2, dtype=np.int64))
+        venv.close()
+        print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_envs_print_to_a_terminal_that_stops_background_writers(method, tmp_path):
+    """Workers lead process groups of their own (vecshm.guard), out of the terminal's foreground
+    group: under `stty tostop` a write to the terminal would stop them (SIGTTOU), which they ignore."""
+    script = tmp_path / "loud.py"
+    script.write_text(LOUD_SCRIPT.format(method=method))
+    pid, fd = pty.fork()
+    if pid == 0:  # in a new session whose controlling terminal is the pty
+        attrs = termios.tcgetattr(0)
+        attrs[3] |= termios.TOSTOP
+        termios.tcsetattr(0, termios.TCSANOW, attrs)
+        os.execv(sys.executable, [sys.executable, str(script)])
+    output = b""
+    try:
+        while b"done" not in output:
+            try:
+                data = os.read(fd, 4096)  # blocks until the script writes or exits (EOF or EIO)
+            except OSError:
+                break
+            if not data:
+                break
+            output += data
+    finally:
+        os.close(fd)
+        os.waitpid(pid, 0)
+    text = output.decode(errors="replace")
+    assert "done" in text, text
+    assert text.count("step") == 2
 
 
 @pytest.mark.timeout(180)

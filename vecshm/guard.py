@@ -66,6 +66,11 @@ def start_guard(owner_pid: int) -> Guard | None:
     ``fork`` (Windows). Call it while the process has one thread."""
     if not hasattr(os, "fork") or not hasattr(os, "setpgid"):
         return None
+    # Out of the terminal's foreground group, a write to it would stop the worker (SIGTTOU, under
+    # `stty tostop`) and a read would stop it for good (SIGTTIN); ignored, the write goes through
+    # and the read fails. What the envs start inherits both.
+    for name in ("SIGTTOU", "SIGTTIN"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     try:
         os.setpgid(0, 0)
     except OSError:  # a session leader cannot: the guard still ends a worker its owner left

@@ -134,6 +134,35 @@ def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent
     assert wait_gone(spawned, 20) == []
 
 
+@pytest.mark.timeout(120)
+def test_the_forkserver_folder_of_a_parent_killed_with_sigkill_is_removed():
+    """multiprocessing removes its folder (/tmp/pymp-*, the forkserver's socket) at exit, which
+    SIGKILL skips; the workers' guards remove it once the parent is gone."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from multiprocessing import util
+        sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
+        from faulty_envs import healthy
+        from vecshm import ShmVecEnv
+        if __name__ == "__main__":
+            venv = ShmVecEnv([healthy] * 2, start_method="forkserver")
+            venv.reset()
+            print(util.get_temp_dir(), flush=True)
+            time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    folder = parent.stdout.readline().strip()
+    assert os.path.basename(folder).startswith("pymp-") and os.path.isdir(folder)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while os.path.exists(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)  # another process removes it: nothing to wait on but the file system
+    assert not os.path.exists(folder)
+
+
 LOUD_SCRIPT = textwrap.dedent(
     """
     import numpy as np, gymnasium as gym

@@ -12,7 +12,9 @@ forks a guard before it builds any env. The guard waits, in a process of its own
 the worker to die, or for the worker to say it is exiting. Then it kills the worker if the owner
 died, and ends the rest of the group: SIGTERM, then SIGKILL after ``GRACE_SECONDS``.
 multiprocessing's own helpers (an env's resource tracker or forkserver) are left to end by
-themselves, after cleaning up after it. A worker that exits normally waits for its guard, so the
+themselves, after cleaning up after it. If the owner died, the guard also removes the owner's
+multiprocessing folder (``/tmp/pymp-*``, its forkserver's socket), which the owner's exit handler
+would have removed. A worker that exits normally waits for its guard, so the
 guard is reaped; one that dies leaves it to init.
 
 What leaves the group (``setsid``, a daemon that detaches) is out of the guard's reach; ``close()``
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -61,9 +64,10 @@ class Guard:
             pass
 
 
-def start_guard(owner_pid: int) -> Guard | None:
+def start_guard(owner_pid: int, owner_tempdir: str | None = None) -> Guard | None:
     """Make this worker a process group's leader and fork its guard; None where there is no
-    ``fork`` (Windows). Call it while the process has one thread."""
+    ``fork`` (Windows). Call it while the process has one thread. ``owner_tempdir``: the owner's
+    multiprocessing folder, removed if the owner dies (its own exit handler would have)."""
     if not hasattr(os, "fork") or not hasattr(os, "setpgid"):
         return None
     # Out of the terminal's foreground group, a write to it would stop the worker (SIGTTOU, under
@@ -82,12 +86,12 @@ def start_guard(owner_pid: int) -> Guard | None:
         os.close(read_end)
         return Guard(pid, bell)
     try:  # the guard: nothing here may return into the worker's code
-        _guard(owner_pid, worker, read_end)
+        _guard(owner_pid, owner_tempdir, worker, read_end)
     finally:
         os._exit(0)
 
 
-def _guard(owner_pid: int, worker: int, stop: int) -> None:
+def _guard(owner_pid: int, owner_tempdir: str | None, worker: int, stop: int) -> None:
     os.setpgid(0, 0)  # out of the worker's group, which it ends
     _name_self()
     # the worker's sockets and sentinel pipe: its death must show at once
@@ -103,6 +107,8 @@ def _guard(owner_pid: int, worker: int, stop: int) -> None:
         except ProcessLookupError:
             pass
     end_group(worker, spare=worker)
+    if ended == OWNER_DIED and owner_tempdir and os.path.basename(owner_tempdir).startswith("pymp-"):
+        shutil.rmtree(owner_tempdir, ignore_errors=True)  # every guard of the owner may: the first wins
 
 
 def _name_self() -> None:

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import process as mp_process
 from multiprocessing import reduction
+from multiprocessing import util as mp_util
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -106,6 +107,7 @@ class WorkerPool:
         forks = context.get_start_method() == "fork"
         where = f"a {context.get_start_method()} worker process"
         payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in slices]
+        tempdir = _own_temp_dir() if context.get_start_method() == "forkserver" else None
         self.specs = [
             WorkerSpec(
                 index=w,
@@ -120,6 +122,7 @@ class WorkerPool:
                 settings=worker_settings[w],
                 parent_pid=self.owner_pid,
                 registry=registry,
+                owner_tempdir=tempdir,
             )
             for w, (start, _) in enumerate(slices)
         ]
@@ -419,6 +422,21 @@ def end_processes(processes: Sequence[Any], grace: float) -> None:
         if process.exitcode is None:
             process.kill()
             process.join()
+
+
+def _own_temp_dir() -> str | None:
+    """multiprocessing's folder of this process (``/tmp/pymp-*``, where the forkserver's socket
+    lives), if this process made it: multiprocessing removes it at our exit, which SIGKILL skips,
+    and the workers' guards then remove it (see vecshm.guard). A folder inherited from a parent
+    (a fork copies multiprocessing's settings) is the parent's, and is left alone."""
+    tempdir = mp_util.get_temp_dir()
+    ours = any(
+        getattr(f, "_callback", None) is getattr(mp_util, "_remove_temp_dir", None)
+        and getattr(f, "_pid", None) == os.getpid()
+        and tempdir in (getattr(f, "_args", None) or ())
+        for f in list(getattr(mp_util, "_finalizer_registry", {}).values())
+    )
+    return tempdir if ours else None
 
 
 def _is_guard(process: psutil.Process) -> bool:

@@ -59,13 +59,14 @@ class WorkerSpec:
     parent_pid: int
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.registry)
     claims: UnitPipe | None = None  # free units of the async ring (see vecshm.ring)
+    owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
 
 
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a worker process."""
     # Ctrl-C is the parent's to handle (it may reach a worker before it leaves the group below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    guard = start_guard(spec.parent_pid)  # first: while this process has one thread
+    guard = start_guard(spec.parent_pid, spec.owner_tempdir)  # first: while this process has one thread
     closed = False
     try:
         closed = _run(spec)

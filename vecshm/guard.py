@@ -29,22 +29,30 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
 import psutil
 
-__all__ = ["Guard", "start_guard", "end_group", "is_mp_helper", "GUARD_NAME"]
+__all__ = [
+    "Guard",
+    "start_guard",
+    "end_group",
+    "terminate_then_kill",
+    "still_running",
+    "alive",
+    "is_mp_helper",
+    "GUARD_NAME",
+]
 
 GRACE_SECONDS = 1.0  # SIGTERM, then this long, then SIGKILL
 POLL_SECONDS = 0.2  # where the kernel gives no process descriptors to wait on
-GUARD_NAME = "vecshm-guard"
-# why the guard wakes: the worker's byte on its pipe, or a death
-CLEANED_UP, LEFT_TO_GUARD, OWNER_DIED, WORKER_DIED = (
-    b"c",
-    b"g",
-    b"o",
-    b"w",
-)  # the guard's name in the process table (Linux)
+GUARD_NAME = "vecshm-guard"  # the guard's name in the process table (Linux)
 PR_SET_NAME = 15
+# Why the guard wakes: the byte the worker sends on its pipe, or a death.
+CLEANED_UP = b"c"  # the worker was asked to close: its owner ends what the envs left
+LEFT_TO_GUARD = b"g"  # the worker is exiting on its own: the guard ends what the envs left
+OWNER_DIED = b"o"
+WORKER_DIED = b"w"
 
 
 class Guard:
@@ -151,7 +159,7 @@ def _wait(owner_pid: int, worker: int, stop: int) -> bytes:
     while os.getppid() == worker:
         if select.select([stop], [], [], POLL_SECONDS)[0]:
             return os.read(stop, 1) or WORKER_DIED
-        if not _running(owner):
+        if not alive(owner):
             return OWNER_DIED
     return WORKER_DIED
 
@@ -159,15 +167,31 @@ def _wait(owner_pid: int, worker: int, stop: int) -> bytes:
 def end_group(group: int, spare: int, grace: float = GRACE_SECONDS) -> None:
     """End every process of process group ``group`` but ``spare`` and multiprocessing's helpers:
     SIGTERM, then SIGKILL to those still running after ``grace`` seconds."""
-    members = _members(group, spare)
-    for process in members:
-        _signal(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while members and time.monotonic() < deadline:
-        time.sleep(0.01)  # not our children: only the process table tells they are gone
-        members = [p for p in members if _running(p)]
-    for process in members + _members(group, spare):  # and any started meanwhile
+    terminate_then_kill(_members(group, spare), grace)
+    for process in _members(group, spare):  # any started meanwhile
         _signal(process, signal.SIGKILL)
+
+
+def terminate_then_kill(processes: Sequence[psutil.Process], grace: float) -> None:
+    """SIGTERM ``processes``, give them ``grace`` seconds, SIGKILL those left, and wait as long
+    again. psutil checks each one is still the process it was (its start time), so a recycled pid
+    is never hit."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for process in processes:
+            _signal(process, signum)
+        processes = still_running(processes, grace)
+
+
+def still_running(processes: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after up to ``timeout`` seconds. A zombie counts as
+    gone: these are not our children, and where nobody reaps orphans (a container whose first
+    process is the training script) ``psutil.wait_procs`` would wait out the whole timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [process for process in processes if alive(process)]
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.01)  # not our children: no exit to wait on, only the process table to read
 
 
 def _members(group: int, spare: int) -> list[psutil.Process]:
@@ -180,12 +204,13 @@ def _members(group: int, spare: int) -> list[psutil.Process]:
             process = psutil.Process(pid)
         except (OSError, psutil.Error):  # gone meanwhile
             continue
-        if _running(process) and not is_mp_helper(process):
+        if alive(process) and not is_mp_helper(process):
             found.append(process)
     return found
 
 
-def _running(process: psutil.Process) -> bool:
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (a recycled pid is not ``process``)."""
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -28,7 +28,7 @@ import psutil
 
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
-from vecshm.guard import GUARD_NAME, is_mp_helper
+from vecshm.guard import GUARD_NAME, is_mp_helper, terminate_then_kill
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import factories_by_value
 from vecshm.protocol import AutoReset, Command, Phase
@@ -104,10 +104,11 @@ class WorkerPool:
         self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
         # A forked worker inherits the factories as they are, as SubprocVecEnv's and AsyncVectorEnv's
         # do: pickling them would refuse factories those accept under fork.
-        forks = context.get_start_method() == "fork"
-        where = f"a {context.get_start_method()} worker process"
+        method = context.get_start_method()
+        forks = method == "fork"
+        where = f"a {method} worker process"
         payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in slices]
-        tempdir = _own_temp_dir() if context.get_start_method() == "forkserver" else None
+        tempdir = _own_temp_dir() if method == "forkserver" else None
         self.specs = [
             WorkerSpec(
                 index=w,
@@ -331,7 +332,7 @@ class WorkerPool:
             spawned = self._spawned_by_envs()
             self._ask_to_close()
             self._reap()
-            end_spawned(spawned)
+            terminate_then_kill(spawned, SPAWNED_GRACE_SECONDS)
         for conn in self.conns:
             if conn is not None:  # None: a worker whose start failed
                 conn.close()
@@ -459,38 +460,6 @@ def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
             found.append(child)
             stack.append(child.pid)
     return found
-
-
-def end_spawned(spawned: Sequence[psutil.Process], grace: float = SPAWNED_GRACE_SECONDS) -> None:
-    """End what the envs started and left running once their workers are gone: an env whose
-    ``close()`` did not stop them, or a worker ended in the middle of a step. Terminated, given
-    ``grace`` seconds, then killed. psutil checks each one is still the process it was (its start
-    time), so a recycled pid is never hit."""
-    for signal_name in ("terminate", "kill"):
-        for process in spawned:
-            try:
-                getattr(process, signal_name)()
-            except psutil.Error:
-                pass
-        spawned = _still_running(spawned, grace)
-
-
-def _still_running(processes: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Those of ``processes`` still running after up to ``timeout`` seconds. A zombie counts as
-    gone: these are not our children, and where nobody reaps orphans (a container whose first
-    process is the training script) ``psutil.wait_procs`` would wait out the whole timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        running = []
-        for process in processes:
-            try:
-                if process.status() != psutil.STATUS_ZOMBIE:
-                    running.append(process)
-            except psutil.Error:
-                pass
-        if not running or time.monotonic() >= deadline:
-            return running
-        time.sleep(0.01)  # not our children: no exit to wait on, only the process table to read
 
 
 def as_env_list(env_fns: Any) -> list[Any]:

@@ -27,7 +27,7 @@ import psutil
 from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import NO_ENV, Buffers, BufferSpec
 from vecshm.errors import RemoteError
-from vecshm.guard import start_guard
+from vecshm.guard import alive, start_guard
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
 from vecshm.protocol import AutoReset, Command, Phase
@@ -132,11 +132,7 @@ def exit_with_parent(parent_pid: int) -> None:
     def watch() -> None:
         while True:
             time.sleep(PARENT_CHECK_SECONDS)
-            try:
-                alive = parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
-            if not alive:
+            if not alive(parent):
                 os._exit(1)
 
     threading.Thread(target=watch, name="vecshm-parent-watch", daemon=True).start()

@@ -434,12 +434,10 @@ class RayVecEnv(VecEnv):
         closing = {}
         if not self._failure:
             closing = {k: a.close.remote() for k, a in enumerate(self.actors) if a is not None and k not in busy}
-        if closing:
-            try:
-                closed = ray.wait(list(closing.values()), num_returns=len(closing), timeout=CLOSE_TIMEOUT)[0]
-                busy = busy + [k for k, ref in closing.items() if ref not in closed]  # their close did not return
-            except Exception:
-                pass
+        try:
+            busy = busy + _unanswered(closing, wait=CLOSE_TIMEOUT)  # their close did not return
+        except Exception:
+            pass
         self._end_actors(busy)
 
     def _end_actors(self, busy: Sequence[int] = ()) -> None:

@@ -108,8 +108,8 @@ GIL_PARENT_SCRIPT = textwrap.dedent(
         spawned = venv.get_attr("child_pid")
         venv.reset()
         venv.step(np.zeros(4, dtype=np.int64))
-        workers = [p.pid for p in venv._engine.pool.processes]
-        print(" ".join(map(str, workers)), "|", " ".join(map(str, spawned)), flush=True)
+        print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+        print(" ".join(map(str, spawned)), flush=True)
         venv.step(np.zeros(4, dtype=np.int64))  # each worker's first env holds the GIL for good
     """
 )
@@ -121,11 +121,8 @@ def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent
     """A worker stuck in native code that keeps the GIL cannot run its watch thread, and the
     kernel's parent-death signal (fork only) ends the worker alone: its guard (vecshm.guard) ends
     the worker and the processes its envs started."""
-    script = GIL_PARENT_SCRIPT.format(tests=os.path.join(ROOT, "tests"), method=method)
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = parent.stdout.readline()
-    assert "|" in line, f"parent failed to start: {parent.stderr.read()}"
-    workers, spawned = ([int(p) for p in part.split()] for part in line.split("|"))
+    parent, workers = start_parent(method, GIL_PARENT_SCRIPT)
+    spawned = [int(p) for p in parent.stdout.readline().split()]
     holding = [parent.stdout.readline() for _ in workers]  # every worker is inside the native call
     assert all(text.startswith("holding the GIL") for text in holding), holding
     parent.kill()

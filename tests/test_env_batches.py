@@ -216,6 +216,13 @@ def test_sends_are_checked_and_waiting_envs_are_named(no_leaks):
             envs.send(np.zeros(1, dtype=np.int64), ids[:1])
         while envs._batches.active:
             envs.recv()
+        envs.step(np.zeros(6, dtype=np.int64))
+        envs.send(np.zeros(1, dtype=np.int64), [0])  # with batches under num_envs, each env steps on its own
+        assert envs.recv()[-1].tolist() == [0]
+    # with whole batches (the default), a worker steps the envs it hosts together
+    with ShmVectorEnv(space_fns("box_f32", 6), envs_per_worker=2) as envs:
+        envs.reset(seed=1)
+        envs.send(np.zeros(1, dtype=np.int64), [0])
         envs.step(np.zeros(6, dtype=np.int64))  # drops the actions still waiting for their workers' other envs
         envs.send(np.zeros(1, dtype=np.int64), [0])
         with pytest.raises(NoAsyncCallError, match=r"send actions for envs \[1\] too"):

@@ -126,13 +126,22 @@ class Engine:
         check_spaces: Callable[[list[tuple[spaces.Space, spaces.Space]]], None] = check_same_layout,
         batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = tuple_of_values,
         max_workers: int | None = None,
+        one_env_per_command: bool = False,
     ) -> None:
         """Start the workers and map the shared segment.
 
         ``check_spaces`` gets every env's ``(observation_space, action_space)`` and raises if the
         facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf
         (see :mod:`vecshm.layout`) as the facade's peer does; ``max_workers`` caps the processes;
-        ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``.
+        ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``;
+        ``one_env_per_command``: each env takes commands of its own (see below), for async batches.
+
+        A *worker* here is what a command runs on: the envs it steps together, and publishes
+        together when the last is done. By default a worker is a whole process's envs. With
+        ``one_env_per_command`` (not with the restart policy) each env is a worker of its own, and a
+        process hosts several: it runs the commands of those that have one, one after the other, and
+        publishes each env as soon as it is done, so that an async batch fills env by env and a
+        process steps whichever of its envs have their actions (``benchmarks/batch_model.py``).
         """
         if on_worker_failure not in ("raise", "restart"):
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
@@ -161,7 +170,13 @@ class Engine:
         self.start_method = context.get_start_method()
         self.timeout = timeout
         cores = usable_cores()
-        self.slices = split_envs(self.num_envs, envs_per_worker, len(cores), max_workers)
+        self.process_slices = split_envs(self.num_envs, envs_per_worker, len(cores), max_workers)
+        self.num_processes = len(self.process_slices)
+        if one_env_per_command and not self._restart_workers:
+            self.slices = [(i, i + 1) for i in range(self.num_envs)]
+            lanes = self.process_slices  # process p hosts the workers of its envs
+        else:
+            self.slices, lanes = self.process_slices, [(p, p + 1) for p in range(self.num_processes)]
         self._batch_dynamic = batch_dynamic
         self.num_workers = len(self.slices)
         self.env_worker = np.repeat(np.arange(self.num_workers), [b - a for a, b in self.slices])
@@ -172,13 +187,14 @@ class Engine:
         worker_spin = self._spin_seconds if spin is not None else min(self._spin_seconds, WORKER_SPIN_SECONDS)
         self._spinner = Spinner(self._spin_seconds)
         self._cores = len(cores)
-        self.worker_cores = plan_worker_cores(cpu_affinity, self.num_workers)
+        self.worker_cores = plan_worker_cores(cpu_affinity, self.num_processes)  # per process
         settings = [{"cpu_affinity": placement, "limit_threads": limit_threads} for placement in self.worker_cores]
         self._state = EngineState.READY
         self._failure = ""
         self.pool = WorkerPool(
             fns,
             self.slices,
+            lanes=lanes,
             context=context,
             autoreset=autoreset,
             reward_codes=reward_codes,
@@ -229,7 +245,7 @@ class Engine:
         self.ring = UnitRing(self.pool.claims, self.buffers, self.num_workers) if unit_rows else None
         self._action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
         self._previous_slot = np.zeros(self.num_workers, dtype=np.int64)  # per worker: slot of the command before
-        self._sentinels = {p.sentinel: w for w, p in enumerate(self.pool.processes)}
+        self._sentinels = {process.sentinel: p for p, process in enumerate(self.pool.processes)}  # -> process
         self._watch = DoneWatch(self.transport, self.pool.done_bell, list(self._sentinels))
         self._next_worker_check = 0.0
         self._sent_at = [0.0] * self.num_workers  # per worker: when its command was submitted (with a timeout)
@@ -339,8 +355,7 @@ class Engine:
             now = time.monotonic()
             for w in ids:
                 self._sent_at[w] = now
-        for w in ids:
-            self.pool.doorbells[w].ring()
+        self.pool.ring(ids)
 
     def send_resets(self, requests: list[dict[str, Any] | None], workers: np.ndarray, slot: int = 0) -> None:
         """Start a reset; ``requests[i]`` holds the keywords for env ``i``'s ``reset``, or None to keep its observation.
@@ -478,10 +493,11 @@ class Engine:
                 self._check_workers(during)
                 return result
             for fd in ended:
-                w = self._sentinels[fd]
+                p = self._sentinels[fd]
                 if not (self._restart_workers and during.runs_envs):
-                    self.pool.raise_died(w, during)
-                self._restart(w, during, deadline)
+                    self.pool.raise_died(p, during)
+                self._restart(p, during, deadline)
+                w = self.pool.lanes[p][0]  # a process hosts one worker under the restart policy
                 expected[workers == w] = b.cmd_seq[w]
             if deadline is not None and time.monotonic() >= deadline:
                 pending = workers[b.done_seq[workers] != expected]
@@ -517,13 +533,15 @@ class Engine:
             if late:
                 self.pool.raise_timeout(late, during)
 
-    def _restart(self, w: int, during: Phase, deadline: float | None) -> None:
-        """Replace dead worker ``w``, reset its envs, and end their episodes (restart policy)."""
+    def _restart(self, p: int, during: Phase, deadline: float | None) -> None:
+        """Replace dead process ``p``, reset its envs, and end their episodes (restart policy, under
+        which a process hosts one worker)."""
+        w = self.pool.lanes[p][0]
         self._restarts[w] = self._restarts.get(w, 0) + 1
         if self._restarts[w] > MAX_RESTARTS_PER_WORKER:
-            self.pool.raise_died(w, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
+            self.pool.raise_died(p, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
         envs = self.pool.env_indices(w)
-        process = self.pool.processes[w]
+        process = self.pool.processes[p]
         process.join(1.0)
         warnings.warn(
             f"{describe_worker(w, envs)} {describe_exit(process.exitcode)} during {during}; "
@@ -536,9 +554,9 @@ class Engine:
         last_slot = int(self._previous_slot[w])
         for i in envs:  # the last observation we have ends the lost episode
             self._restarting[i] = self._reader.observation_of(i, last_slot, self._last_piped_obs)
-        self.pool.restart(w, deadline)
-        sentinel = self.pool.processes[w].sentinel
-        self._sentinels[sentinel] = w
+        self.pool.restart(p, deadline)
+        sentinel = self.pool.processes[p].sentinel
+        self._sentinels[sentinel] = p
         self._watch.add(sentinel)
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
 

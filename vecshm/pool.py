@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import process as mp_process
 from multiprocessing import reduction
@@ -89,6 +90,7 @@ class WorkerPool:
         env_fns: list[Any],
         slices: list[tuple[int, int]],
         *,
+        lanes: list[tuple[int, int]] | None = None,
         context: mp.context.BaseContext,
         autoreset: AutoReset,
         reward_codes: bool,
@@ -98,7 +100,11 @@ class WorkerPool:
         transport: Transport,
         registry: bytes = b"",
     ) -> None:
-        self.slices = slices
+        self.slices = slices  # per worker (what a command runs on): its envs
+        # per process: the workers it hosts (by default one each); per worker: its process
+        self.lanes = lanes if lanes is not None else [(w, w + 1) for w in range(len(slices))]
+        self.process_of = [p for p, (a, b) in enumerate(self.lanes) for _ in range(a, b)]
+        process_slices = [(slices[a][0], slices[b - 1][1]) for a, b in self.lanes]
         self.context = context
         self.transport = transport
         self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
@@ -107,32 +113,35 @@ class WorkerPool:
         method = context.get_start_method()
         forks = method == "fork"
         where = f"a {method} worker process"
-        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in slices]
+        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in process_slices]
         tempdir = _own_temp_dir() if method == "forkserver" else None
         self.specs = [
             WorkerSpec(
-                index=w,
+                index=p,
                 env_start=start,
-                env_fns=payloads[w],
+                env_fns=payloads[p],
                 conn=None,  # type: ignore[arg-type]  (set per process start)
                 doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
                 autoreset=autoreset,
                 reward_codes=reward_codes,
                 spin_seconds=spin_seconds,
-                settings=worker_settings[w],
+                settings=worker_settings[p],
                 parent_pid=self.owner_pid,
                 registry=registry,
                 owner_tempdir=tempdir,
+                lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
             )
-            for w, (start, _) in enumerate(slices)
+            for p, (start, _) in enumerate(process_slices)
         ]
         self.daemon = daemon
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
         self.claims = UnitPipe()  # free units of the async ring (see vecshm.ring)
-        self.processes: list[Any] = [None] * len(slices)
-        self.conns: list[Connection] = [None] * len(slices)  # type: ignore[list-item]
+        self.processes: list[Any] = [None] * len(self.lanes)
+        self.conns: list[Connection] = [None] * len(self.lanes)  # type: ignore[list-item]
+        # per process: messages received for workers other than the one a recv waited for
+        self._inbox: list[dict[int, deque[Any]]] = [{} for _ in self.lanes]
         self.buffers: Buffers | None = None
         self.segment: Segment | NamedSegment | None = None
         self.stuck: set[int] = set()
@@ -140,136 +149,164 @@ class WorkerPool:
         self.closed = False
         try:
             with _ctrl_c_after_the_starts():
-                for w in range(len(slices)):
-                    self._start_process(w)
+                for p in range(len(self.lanes)):
+                    self._start_process(p)
         except BaseException:
             self.shutdown()  # the workers already started: none outlives a failed start
             raise
 
-    def _start_process(self, w: int) -> None:
+    def _start_process(self, p: int) -> None:
         parent_conn, child_conn = self.context.Pipe(duplex=True)
-        spec = self.specs[w]
+        spec = self.specs[p]
         spec.conn, spec.done_bell, spec.claims = child_conn, self.done_bell, self.claims
-        process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{w}")
+        process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{p}")
         try:
             process.start()
             _WORKER_PROCESSES.add(process)
         except (OSError, EOFError) as exc:  # no process could be made (limits), or the forkserver is gone
             parent_conn.close()
-            envs = self.env_indices(w)
+            envs = self.process_envs(p)
             raise WorkerDiedError(
-                f"{describe_worker(w, envs)} could not be started: {type(exc).__name__}: {exc}",
+                f"{describe_worker(p, envs)} could not be started: {type(exc).__name__}: {exc}",
                 envs,
                 None,
             ) from exc
         finally:
             child_conn.close()
             spec.conn = None  # type: ignore[assignment]
-        self.conns[w], self.processes[w] = parent_conn, process
+        self.conns[p], self.processes[p] = parent_conn, process
+        self._inbox[p] = {}
 
-    def send(self, w: int, message: Any, during: Phase, handle: int | None = None) -> None:
-        """Send worker ``w`` a message, and then the descriptor ``handle`` if given. A worker that
+    def send(self, w: int, message: Any, during: Phase) -> None:
+        """Send worker ``w`` a message (over its process's connection, addressed to it)."""
+        self._send_process(self.process_of[w], (w, message), during)
+
+    def _send_process(self, p: int, message: Any, during: Phase, handle: int | None = None) -> None:
+        """Send process ``p`` a message, and then the descriptor ``handle`` if given. A process that
         died has closed its end: that is a ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
         try:
-            self.conns[w].send(message)
+            self.conns[p].send(message)
             if handle is not None:
-                reduction.send_handle(self.conns[w], handle, self.processes[w].pid)
+                reduction.send_handle(self.conns[p], handle, self.processes[p].pid)
         except (BrokenPipeError, ConnectionResetError):
-            self.raise_died(w, during)
+            self.raise_died(p, during)
+
+    def ring(self, workers: list[int]) -> None:
+        """Wake the processes hosting ``workers``, each once."""
+        process_of, doorbells = self.process_of, self.doorbells
+        for p in dict.fromkeys(process_of[w] for w in workers):
+            doorbells[p].ring()
 
     # -- start-up ---------------------------------------------------------------------------------
 
     def collect_ready(self, deadline: float | None) -> list[tuple[Any, Any]]:
         """``(observation_space, action_space)`` of every env, in env order, once all exist.
 
-        Waits on every worker at once, so that the first construction error, or a dead worker, is
-        raised as soon as it happens rather than after the slower workers have built their envs
+        Waits on every process at once, so that the first construction error, or a dead process, is
+        raised as soon as it happens rather than after the slower processes have built their envs
         (a simulator that takes 30 s to load would otherwise hide a typo for 30 s).
         """
-        replies: list[Any] = [None] * len(self.slices)
-        for w, reply in self.replies(range(len(self.slices)), deadline, Phase.CONSTRUCTION):
+        replies: list[Any] = [None] * len(self.lanes)
+        for p, reply in self.replies(range(len(self.lanes)), deadline, Phase.CONSTRUCTION):
             if reply[0] == "error":
                 raise remote_error(reply[1])
-            self.built.add(w)
-            replies[w] = reply
+            self.built.add(p)
+            replies[p] = reply
         return [env_spaces for reply in replies for env_spaces in cloudpickle.loads(reply[1])]
 
     def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
-        """Create the segment, hand its descriptor to every worker, and close it once all have mapped it.
+        """Create the segment, hand its descriptor to every process, and close it once all have mapped it.
 
-        ``keep_fd`` keeps the descriptor so that a restarted worker can map the segment too.
+        ``keep_fd`` keeps the descriptor so that a restarted process can map the segment too.
         """
         self.buffer_spec = spec
         size = spec.plan().size
         self.segment = Segment(size) if self.transport.native else NamedSegment(size)
-        for w in range(len(self.slices)):
-            self._send_segment(w, Phase.START_UP)
-        for w in range(len(self.slices)):
-            self.recv(w, deadline, Phase.START_UP)
+        for p in range(len(self.lanes)):
+            self._send_segment(p, Phase.START_UP)
+        for p in range(len(self.lanes)):
+            self._recv_process(p, deadline, Phase.START_UP)
         if not keep_fd:
             self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
         return self.buffers
 
-    def _send_segment(self, w: int, during: Phase) -> None:
-        """Tell worker ``w`` where the segment is: its descriptor (native) or its name (portable)."""
+    def _send_segment(self, p: int, during: Phase) -> None:
+        """Tell process ``p`` where the segment is: its descriptor (native) or its name (portable)."""
         if isinstance(self.segment, NamedSegment):
-            self.send(w, ("attach", self.buffer_spec, self.segment.name), during)
+            self._send_process(p, ("attach", self.buffer_spec, self.segment.name), during)
         else:
-            self.send(w, ("attach", self.buffer_spec, None), during, handle=self.segment.fd)
+            self._send_process(p, ("attach", self.buffer_spec, None), during, handle=self.segment.fd)
 
-    def restart(self, w: int, deadline: float | None) -> None:
-        """Replace dead worker ``w`` by a new process that builds the same envs and maps the segment."""
-        old = self.processes[w]
+    def restart(self, p: int, deadline: float | None) -> None:
+        """Replace dead process ``p`` by a new one that builds the same envs and maps the segment."""
+        old = self.processes[p]
         old.join(1.0)
         old.close()
-        self.conns[w].close()
-        self.conns[w] = self.processes[w] = None  # until the new one has started
+        self.conns[p].close()
+        self.conns[p] = self.processes[p] = None  # until the new one has started
         with _ctrl_c_after_the_starts():
-            self._start_process(w)
-        reply = self.recv(w, deadline, Phase.RESTART)
+            self._start_process(p)
+        reply = self._recv_process(p, deadline, Phase.RESTART)
         if reply[0] == "error":
             raise remote_error(reply[1])
-        self._send_segment(w, Phase.RESTART)
-        self.recv(w, deadline, Phase.RESTART)
+        self._send_segment(p, Phase.RESTART)
+        self._recv_process(p, deadline, Phase.RESTART)
 
     # -- messages and liveness --------------------------------------------------------------------
 
     def recv(self, w: int, deadline: float | None, during: Phase) -> Any:
-        """Receive from worker ``w``; a dead worker or a passed deadline raise instead of hanging."""
-        return next(self.replies([w], deadline, during))[1]
+        """Receive what worker ``w`` sent; a dead process or a passed deadline raise instead of hanging.
 
-    def replies(self, workers: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:
-        """``(w, message)``: the next message of each of ``workers``, in the order they arrive; a
-        dead worker or a passed deadline raise instead of hanging."""
-        pending = list(workers)
+        A process's workers share its connection: what arrives for the others waits for their recv.
+        """
+        p = self.process_of[w]
+        inbox = self._inbox[p]
+        while not inbox.get(w):
+            sender, message = self._recv_process(p, deadline, during)
+            inbox.setdefault(sender, deque()).append(message)
+        return inbox[w].popleft()
+
+    def _recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
+        return next(self.replies([p], deadline, during))[1]
+
+    def replies(self, processes: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:
+        """``(p, message)``: the next message of each of ``processes``, in the order they arrive; a
+        dead process or a passed deadline raise instead of hanging."""
+        pending = list(processes)
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = set(wait([self.conns[w] for w in pending] + [self.processes[w].sentinel for w in pending], timeout))
-            for w in list(pending):
-                if self.conns[w] in ready:
+            ready = set(wait([self.conns[p] for p in pending] + [self.processes[p].sentinel for p in pending], timeout))
+            for p in list(pending):
+                if self.conns[p] in ready:
                     try:
-                        message = self.conns[w].recv()
+                        message = self.conns[p].recv()
                     except EOFError:
-                        self.raise_died(w, during)
-                    pending.remove(w)
-                    yield w, message
-                elif self.processes[w].sentinel in ready:
-                    self.raise_died(w, during)
+                        self.raise_died(p, during)
+                    pending.remove(p)
+                    yield p, message
+                elif self.processes[p].sentinel in ready:
+                    self.raise_died(p, during)
             if pending and deadline is not None and time.monotonic() >= deadline:
-                self.raise_timeout(pending, during)
+                self.raise_timeout([w for p in pending for w in range(*self.lanes[p])], during)
 
     def env_indices(self, w: int) -> list[int]:
+        """The envs of worker ``w``."""
         return list(range(*self.slices[w]))
 
-    def raise_died(self, w: int, during: Phase, note: str = "") -> None:
-        process = self.processes[w]
+    def process_envs(self, p: int) -> list[int]:
+        """The envs process ``p`` hosts."""
+        first, last = self.lanes[p]
+        return list(range(self.slices[first][0], self.slices[last - 1][1]))
+
+    def raise_died(self, p: int, during: Phase, note: str = "") -> None:
+        process = self.processes[p]
         process.join(1.0)
-        envs = self.env_indices(w)
-        running = self.running_env(w, during)
+        envs = self.process_envs(p)
+        running = self.running_env(p, during)
         running = "" if running is None else f"; env {running} was running"
         raise WorkerDiedError(
-            f"{describe_worker(w, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
+            f"{describe_worker(p, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
             + self._start_up_hint(process.exitcode, during),
             envs,
@@ -290,31 +327,32 @@ class WorkerPool:
             'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
         )
 
-    def running_env(self, w: int, during: Phase) -> int | None:
-        """The env worker ``w`` was stepping or resetting (it records each before starting it), or
+    def running_env(self, p: int, during: Phase) -> int | None:
+        """The env process ``p`` was stepping or resetting (it records each before starting it), or
         None: between commands, or not yet started on one."""
         if self.buffers is None or not during.runs_envs:
             return None
-        env = int(self.buffers.progress[w])
+        for w in range(*self.lanes[p]):
+            running = self._running_env_of(w)
+            if running is not None:
+                return running
+        return None
+
+    def _running_env_of(self, w: int) -> int | None:
+        env = int(self.buffers.progress[w])  # type: ignore[union-attr]
         start, stop = self.slices[w]
         return env if start <= env < stop else None
 
     def raise_timeout(self, workers: list[int], during: Phase) -> None:
-        self.stuck.update(workers)
+        self.stuck.update(self.process_of[w] for w in workers)
         envs = []
         for w in workers:
-            running = self.running_env(w, during)
+            running = self._running_env_of(w) if self.buffers is not None and during.runs_envs else None
             envs += self.env_indices(w) if running is None else [running]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
             envs,
         )
-
-    def first_dead(self) -> int | None:
-        for w, process in enumerate(self.processes):
-            if process.exitcode is not None:
-                return w
-        return None
 
     # -- shutdown ---------------------------------------------------------------------------------
 
@@ -346,26 +384,27 @@ class WorkerPool:
 
     def _ask_to_close(self) -> None:
         if self.buffers is None:  # still in the start-up handshake
-            for w, conn in enumerate(self.conns):
+            for p, conn in enumerate(self.conns):
                 if conn is None:
                     continue
-                if self.segment is not None or (w not in self.built and not conn.poll()):
+                if self.segment is not None or (p not in self.built and not conn.poll()):
                     # A worker reads "close" only between building its envs and mapping the
                     # segment. One still building (start-up failed elsewhere, or Ctrl-C), or one
                     # sent the segment (it may be waiting for commands already), is ended at once,
                     # as a stuck one is.
-                    self.stuck.add(w)
+                    self.stuck.add(p)
                     continue
                 try:
                     conn.send(("close",))
                 except OSError:
                     pass
             return
-        for w, process in enumerate(self.processes):
-            if process is not None and w not in self.stuck and process.exitcode is None:
-                self.buffers.cmd[w] = Command.CLOSE
-                self.buffers.cmd_seq[w] += 1
-                self.doorbells[w].ring()
+        for p, process in enumerate(self.processes):
+            if process is not None and p not in self.stuck and process.exitcode is None:
+                first, last = self.lanes[p]
+                self.buffers.cmd[first:last] = Command.CLOSE
+                self.buffers.cmd_seq[first:last] += 1
+                self.doorbells[p].ring()
 
     def _spawned_by_envs(self) -> list[psutil.Process]:
         """The processes the envs started (a simulator, a server), found before the workers exit:

@@ -97,8 +97,6 @@ class EnvRunner:
         except _EnvFailure as failure:
             errors, unit = failure.records, None
         self._publish(seq, errors, unit)
-        if self.reset_ahead and command is Command.STEP:
-            self._reset_ended_ahead()
 
     def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
         """Status, then the ring unit written (the parent takes a batch once its units are named),
@@ -212,9 +210,12 @@ class EnvRunner:
         self._write_info(b.info_len, b.info_arena, index, info, "info")
         return obs, reward, term, trunc
 
-    def _reset_ended_ahead(self) -> None:
-        """Reset the envs whose episodes this step ended, before the next command comes (its
-        results wait in ``ahead``; an exception waits too, and is raised by the next step)."""
+    def reset_ended_ahead(self) -> None:
+        """Under NEXT_STEP_AHEAD, reset the envs whose episodes the last step ended, before their
+        next command comes (its results wait in ``ahead``; an exception waits too, and is raised
+        by the next step). The worker process calls it once its other workers' commands are run."""
+        if not self.reset_ahead:
+            return
         for offset, env in enumerate(self.envs):
             if self.needs_reset[offset] and offset not in self.ahead:
                 self.buffers.progress[self.spec.index] = self.start + offset  # named if it hangs or dies

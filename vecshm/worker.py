@@ -14,14 +14,16 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 import psutil
 
 from vecshm.affinity import apply_worker_settings
@@ -60,6 +62,27 @@ class WorkerSpec:
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.registry)
     claims: UnitPipe | None = None  # free units of the async ring (see vecshm.ring)
     owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
+    # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
+    # (one, all its envs, unless each env takes its own commands; see vecshm.engine)
+    lanes: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+class LaneConnection:
+    """One hosted worker's end of the process's connection: what it sends is addressed to it, and
+    a ``recv`` keeps what arrives for the process's other workers for theirs."""
+
+    def __init__(self, conn: Connection, worker: int, inbox: dict[int, deque[Any]]) -> None:
+        self.conn, self.worker, self.inbox = conn, worker, inbox
+
+    def send(self, message: Any) -> None:
+        self.conn.send((self.worker, message))
+
+    def recv(self) -> Any:
+        inbox = self.inbox
+        while not inbox.get(self.worker):
+            worker, message = self.conn.recv()
+            inbox.setdefault(worker, deque()).append(message)
+        return inbox[self.worker].popleft()
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -100,10 +123,11 @@ def _run(spec: WorkerSpec) -> bool:
     size = buffer_spec.plan().size
     segment = Segment.attach(reduction.recv_handle(conn), size) if name is None else NamedSegment.attach(name, size)
     buffers = Buffers(buffer_spec, segment)
-    buffers.progress[spec.index] = NO_ENV  # the segment starts zeroed: env 0 is not running here
+    first, end = spec.lanes[0][0], spec.lanes[-1][0] + 1
+    buffers.progress[first:end] = NO_ENV  # the segment starts zeroed: env 0 is not running here
     # Commands start after "attached" reaches the parent; a restarted worker must not replay the
     # command its predecessor died in, so the first command to serve is the next one.
-    seen = int(buffers.cmd_seq[spec.index])
+    seen = buffers.cmd_seq[first:end].tolist()
     conn.send(("attached",))
     try:
         return _serve(spec, envs, buffers, parent, seen)
@@ -197,26 +221,87 @@ def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
         return None
 
 
-def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: int) -> bool:
-    """Run commands until CLOSE (True) or the parent is gone (False)."""
-    runner = EnvRunner(spec, envs, buffers)
+def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: list[int]) -> bool:
+    """Run commands until CLOSE (True) or the parent is gone (False).
+
+    Each hosted worker has its own command words; a pass runs the command of every one that has
+    a new one, in order, and the next pass picks up what arrived meanwhile.
+    """
+    inbox: dict[int, deque[Any]] = {}
+    runners = [
+        EnvRunner(
+            replace(spec, index=w, env_start=start, conn=LaneConnection(spec.conn, w, inbox)),  # type: ignore[arg-type]
+            envs[start - spec.env_start : stop - spec.env_start],
+            buffers,
+        )
+        for w, start, stop in spec.lanes
+    ]
     spinner = Spinner(spec.spin_seconds)
-    me = spec.index
-    cmd_seq, busy = buffers.cmd_seq, buffers.busy
+    first = spec.lanes[0][0]
+    cmd, busy = buffers.cmd, buffers.busy
+    mine = buffers.cmd_seq[first : first + len(runners)]
+    new_commands = _command_watch(mine, seen)
     busy_since = None
     while True:
         idle_since = time.perf_counter()
-        if busy_since is not None:  # the command just run, for the parent's core balance (vecshm.balance)
-            busy[me] += idle_since - busy_since
-        if cmd_seq[me] == seen:
-            spinner.spin(lambda seen=seen: cmd_seq[me] != seen)
-        while cmd_seq[me] == seen:
-            if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
-                return False
+        if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.balance)
+            busy[first] += idle_since - busy_since
+        pending = _wait_for_commands(spec, spinner, new_commands, parent)
+        if pending is None:
+            return False
         busy_since = time.perf_counter()
         spinner.record(busy_since - idle_since)
-        seen = int(cmd_seq[me])
-        command = Command(int(buffers.cmd[me]))
-        if command is Command.CLOSE:
-            return True
-        runner.run(command, seen)
+        for j in pending:
+            seq = int(mine[j])
+            command = Command(int(cmd[first + j]))
+            if command is Command.CLOSE:
+                return True
+            runners[j].run(command, seq)
+        for j in pending:  # once every published result is out: resets done ahead hold up no env
+            runners[j].reset_ended_ahead()
+
+
+def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]:
+    """A function that returns which hosted workers (offsets) have a new command since it last
+    looked (``mine``: their command counters; ``seen``: the counts already served)."""
+    if len(seen) == 1:  # one worker per process: a word to compare
+        last = seen[0]
+
+        def one() -> list[int]:
+            nonlocal last
+            if mine[0] == last:
+                return []
+            last = int(mine[0])
+            return [0]
+
+        return one
+    served = np.array(seen, dtype=mine.dtype)
+
+    def several() -> list[int]:
+        changed = np.flatnonzero(mine != served).tolist()
+        for j in changed:
+            served[j] = mine[j]
+        return changed
+
+    return several
+
+
+def _wait_for_commands(
+    spec: WorkerSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int
+) -> list[int] | None:
+    """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
+    once the parent is gone."""
+    pending = new_commands()
+    if pending:
+        return pending
+
+    def found() -> bool:
+        pending.extend(new_commands())
+        return bool(pending)
+
+    spinner.spin(found)
+    while not pending:
+        if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
+            return None
+        pending = new_commands()
+    return pending

@@ -197,10 +197,10 @@ class ShmVecEnv(EngineFacade, VecEnv):
         engine = getattr(self, "_engine", None)
         if engine is None:
             return f"{type(self).__name__}(<not started>)"
-        sizes = sorted({b - a for a, b in engine.slices})
+        sizes = sorted({b - a for a, b in engine.process_slices})
         per_worker = "/".join(map(str, sizes))
         return (
-            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.num_workers}x{per_worker} envs, "
+            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.num_processes}x{per_worker} envs, "
             f"start_method={engine.start_method!r}, shared={engine.nbytes / 2**20:.2f} MiB, "
             f"{'closed' if self.closed else 'open'})"
         )

@@ -311,3 +311,23 @@ def test_restart_policy_under_async_batches(no_leaks):
         *_, env_ids = venv.recv()
         venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
     venv.close()
+
+
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_batches_spanning_processes_step_each_env_as_soon_as_it_is_sent(cls, no_leaks):
+    """Batches that are not one process's envs: each env takes commands of its own, so an env sent
+    back alone steps at once, while the other env of its process is still with the caller; where
+    each batch is one process's envs, a process steps its envs together."""
+    with cls(space_fns("box_f32", 8), batch_size=4, envs_per_worker=2) as venv:
+        venv.async_reset()
+        held = sorted(venv.recv()[-1].tolist() + venv.recv()[-1].tolist())
+        assert held == list(range(8))
+        venv.send(np.zeros(1, dtype=np.int64), [0])
+        assert venv.recv()[-1].tolist() == [0]
+    with cls(space_fns("box_f32", 8), batch_size=2, envs_per_worker=2) as venv:
+        venv.async_reset()
+        for _ in range(4):
+            venv.recv()
+        venv.send(np.zeros(1, dtype=np.int64), [0])
+        with pytest.raises(NoAsyncCallError, match=r"send actions for envs \[1\] too"):
+            venv.recv()

@@ -126,7 +126,7 @@ class Engine:
         check_spaces: Callable[[list[tuple[spaces.Space, spaces.Space]]], None] = check_same_layout,
         batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = tuple_of_values,
         max_workers: int | None = None,
-        one_env_per_command: bool = False,
+        async_batch: int | None = None,
     ) -> None:
         """Start the workers and map the shared segment.
 
@@ -134,14 +134,16 @@ class Engine:
         facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf
         (see :mod:`vecshm.layout`) as the facade's peer does; ``max_workers`` caps the processes;
         ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``;
-        ``one_env_per_command``: each env takes commands of its own (see below), for async batches.
+        ``async_batch``: the size of the async batches to come (None: whole batches only).
 
         A *worker* here is what a command runs on: the envs it steps together, and publishes
-        together when the last is done. By default a worker is a whole process's envs. With
-        ``one_env_per_command`` (not with the restart policy) each env is a worker of its own, and a
-        process hosts several: it runs the commands of those that have one, one after the other, and
-        publishes each env as soon as it is done, so that an async batch fills env by env and a
-        process steps whichever of its envs have their actions (``benchmarks/batch_model.py``).
+        together when the last is done. By default a worker is a whole process's envs. For async
+        batches that are not exactly one process's envs (not with the restart policy), each env is
+        a worker of its own, and a process hosts several: it runs the commands of those that have
+        one, one after the other, and publishes each env as soon as it is done, so that a batch
+        fills env by env and a process steps whichever of its envs have their actions
+        (``benchmarks/batch_model.py``). Where each batch is one process's envs, whole processes
+        lose nothing to the batch structure and cost less per env.
         """
         if on_worker_failure not in ("raise", "restart"):
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
@@ -172,7 +174,7 @@ class Engine:
         cores = usable_cores()
         self.process_slices = split_envs(self.num_envs, envs_per_worker, len(cores), max_workers)
         self.num_processes = len(self.process_slices)
-        if one_env_per_command and not self._restart_workers:
+        if self._commands_per_env(async_batch):
             self.slices = [(i, i + 1) for i in range(self.num_envs)]
             lanes = self.process_slices  # process p hosts the workers of its envs
         else:
@@ -262,6 +264,12 @@ class Engine:
             return 0
         rows = self._env_table.shape[1]
         return rows if env_bytes and rows * env_bytes >= RING_MIN_UNIT_BYTES else 0
+
+    def _commands_per_env(self, async_batch: int | None) -> bool:
+        """Whether each env takes commands of its own (see ``__init__``)."""
+        if async_batch is None or not 0 < async_batch < self.num_envs or self._restart_workers:
+            return False
+        return any(stop - start != async_batch for start, stop in self.process_slices)
 
     def _spin_budget(self, spin: float | None) -> float:
         """Longest busy-wait before sleeping, for the parent and each worker (the spinners adapt below it)."""

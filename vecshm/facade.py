@@ -30,9 +30,9 @@ class EngineFacade:
     def _start_engine(self, env_fns: Sequence[Callable[[], Any]], batch_size: int | None, **options: Any) -> None:
         """Start the workers (``options`` go to :class:`Engine`) and the async batches of ``batch_size``
         envs; nothing is left running if either fails."""
-        # Async batches fill env by env: each env then takes commands of its own (see Engine)
-        granular = isinstance(batch_size, (int, np.integer)) and 0 < batch_size < len(env_fns)
-        self._engine = Engine(env_fns, one_env_per_command=granular, **options)
+        # the engine sizes its commands for the batches (see Engine); AsyncBatches checks the size
+        batch = int(batch_size) if isinstance(batch_size, (int, np.integer)) else None
+        self._engine = Engine(env_fns, async_batch=batch, **options)
         self._last_batch = None
         try:
             self._batches = AsyncBatches(self._engine, batch_size)

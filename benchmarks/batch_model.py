@@ -7,10 +7,10 @@ episode ends is a reset (next-step autoreset) costing ``reset_ms``; episodes las
 (Pong under the bench's random action cycle). The ideal is every core stepping all the time.
 
 Two ways a worker may run its envs:
-- ``worker`` (vecshm today): a worker starts once all its envs have their actions and publishes
-  them together when the last is done;
-- ``env``: a worker steps whichever of its envs have actions, and publishes each as it is done
-  (EnvPool's threads, confined to one worker's envs).
+- ``worker`` (vecshm for whole batches, and where a batch is one process's envs): a worker starts
+  once all its envs have their actions and publishes them together when the last is done;
+- ``env`` (vecshm's other async batches, see docs/design.md): a worker steps whichever of its envs
+  have actions, and publishes each as it is done (EnvPool's threads, confined to one worker's envs).
 
 It shows where a target is out of reach for any engine, and what an engine change could gain::
 

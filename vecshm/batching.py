@@ -1,11 +1,12 @@
 """EnvPool-style asynchronous batches: step some envs, take back whichever finish first.
 
 ``send(actions, env_ids)`` and ``recv()`` work on envs: ``recv`` returns the first ``batch_size``
-envs to finish, and ``send`` takes any of the envs the caller holds. A worker steps all the envs it
-hosts together, so a worker starts once every one of its envs has its action (until then the
-actions wait, written into the envs' rows), and a worker that finishes may leave some of its envs
-for the next ``recv``. Each env still sees exactly the actions it was sent, in order, so per-env
-results are the same as in a synchronous run.
+envs to finish, and ``send`` takes any of the envs the caller holds. A *worker* (the engine's unit
+of commands) steps its envs together: one env, where batches are not one process's envs (see
+:class:`vecshm.engine.Engine`), else a process's envs. So a worker starts once every one of its envs
+has its action (until then the actions wait, written into the envs' rows), and a worker that
+finishes may leave some of its envs for the next ``recv``. Each env still sees exactly the actions
+it was sent, in order, so per-env results are the same as in a synchronous run.
 
 Where the engine has a ring (see :mod:`vecshm.ring`) and every worker hosts as many envs, workers
 write their observations in the order they finish, and ``recv`` lends the batch's rows as they lie,

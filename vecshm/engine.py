@@ -504,8 +504,7 @@ class Engine:
                 p = self._sentinels[fd]
                 if not (self._restart_workers and during.runs_envs):
                     self.pool.raise_died(p, during)
-                self._restart(p, during, deadline)
-                w = self.pool.lanes[p][0]  # a process hosts one worker under the restart policy
+                w = self._restart(p, during, deadline)
                 expected[workers == w] = b.cmd_seq[w]
             if deadline is not None and time.monotonic() >= deadline:
                 pending = workers[b.done_seq[workers] != expected]
@@ -541,9 +540,9 @@ class Engine:
             if late:
                 self.pool.raise_timeout(late, during)
 
-    def _restart(self, p: int, during: Phase, deadline: float | None) -> None:
+    def _restart(self, p: int, during: Phase, deadline: float | None) -> int:
         """Replace dead process ``p``, reset its envs, and end their episodes (restart policy, under
-        which a process hosts one worker)."""
+        which a process hosts one worker); that worker."""
         w = self.pool.lanes[p][0]
         self._restarts[w] = self._restarts.get(w, 0) + 1
         if self._restarts[w] > MAX_RESTARTS_PER_WORKER:
@@ -567,6 +566,7 @@ class Engine:
         self._sentinels[sentinel] = p
         self._watch.add(sentinel)
         self.send_resets([{}] * self.num_envs, np.array([w]), int(self.buffers.obs_slot[w]))
+        return w
 
     def _restarts_of(self, done: np.ndarray, during: Phase) -> dict[int, Any]:
         """The envs of ``done`` whose worker was restarted for this command (their reset is now

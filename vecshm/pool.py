@@ -32,7 +32,7 @@ from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.guard import GUARD_NAME, is_mp_helper, terminate_then_kill
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import factories_by_value
-from vecshm.protocol import AutoReset, Command, Phase
+from vecshm.protocol import AutoReset, Command, Phase, receive_addressed
 from vecshm.ring import UnitPipe
 from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
@@ -261,11 +261,7 @@ class WorkerPool:
         A process's workers share its connection: what arrives for the others waits for their recv.
         """
         p = self.process_of[w]
-        inbox = self._inbox[p]
-        while not inbox.get(w):
-            sender, message = self._recv_process(p, deadline, during)
-            inbox.setdefault(sender, deque()).append(message)
-        return inbox[w].popleft()
+        return receive_addressed(self._inbox[p], w, lambda: self._recv_process(p, deadline, during))
 
     def _recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
         return next(self.replies([p], deadline, during))[1]
@@ -330,16 +326,17 @@ class WorkerPool:
     def running_env(self, p: int, during: Phase) -> int | None:
         """The env process ``p`` was stepping or resetting (it records each before starting it), or
         None: between commands, or not yet started on one."""
-        if self.buffers is None or not during.runs_envs:
-            return None
         for w in range(*self.lanes[p]):
-            running = self._running_env_of(w)
+            running = self._running_env_of(w, during)
             if running is not None:
                 return running
         return None
 
-    def _running_env_of(self, w: int) -> int | None:
-        env = int(self.buffers.progress[w])  # type: ignore[union-attr]
+    def _running_env_of(self, w: int, during: Phase) -> int | None:
+        """The env worker ``w`` was stepping or resetting, or None (see ``running_env``)."""
+        if self.buffers is None or not during.runs_envs:
+            return None
+        env = int(self.buffers.progress[w])
         start, stop = self.slices[w]
         return env if start <= env < stop else None
 
@@ -347,7 +344,7 @@ class WorkerPool:
         self.stuck.update(self.process_of[w] for w in workers)
         envs = []
         for w in workers:
-            running = self._running_env_of(w) if self.buffers is not None and during.runs_envs else None
+            running = self._running_env_of(w, during)
             envs += self.env_indices(w) if running is None else [running]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from enum import Enum, IntEnum
+from typing import Any
 
-__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase"]
+__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "receive_addressed"]
 
 
 class Command(IntEnum):
@@ -71,3 +74,13 @@ class Phase(str, Enum):
     @classmethod
     def of_call(cls, op: CallOp) -> Phase:
         return cls[CallOp(op).name]
+
+
+def receive_addressed(inbox: dict[int, deque[Any]], worker: int, receive: Callable[[], tuple[int, Any]]) -> Any:
+    """The next message for ``worker`` on a connection its process's workers share, whose messages
+    come as ``(worker, message)``: from ``inbox``, else from ``receive``, keeping in ``inbox`` what
+    arrives for the others meanwhile. Both ends (the worker process and the pool) read this way."""
+    while not inbox.get(worker):
+        sender, message = receive()
+        inbox.setdefault(sender, deque()).append(message)
+    return inbox[worker].popleft()

@@ -32,7 +32,7 @@ from vecshm.errors import RemoteError
 from vecshm.guard import alive, start_guard
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
-from vecshm.protocol import AutoReset, Command, Phase
+from vecshm.protocol import AutoReset, Command, Phase, receive_addressed
 from vecshm.registry import adopt_registry
 from vecshm.ring import UnitPipe
 from vecshm.runner import EnvRunner
@@ -66,6 +66,11 @@ class WorkerSpec:
     # (one, all its envs, unless each env takes its own commands; see vecshm.engine)
     lanes: list[tuple[int, int, int]] = field(default_factory=list)
 
+    @property
+    def hosted(self) -> slice:
+        """The hosted workers' indices, as a slice of the per-worker words."""
+        return slice(self.lanes[0][0], self.lanes[-1][0] + 1)
+
 
 class LaneConnection:
     """One hosted worker's end of the process's connection: what it sends is addressed to it, and
@@ -78,11 +83,7 @@ class LaneConnection:
         self.conn.send((self.worker, message))
 
     def recv(self) -> Any:
-        inbox = self.inbox
-        while not inbox.get(self.worker):
-            worker, message = self.conn.recv()
-            inbox.setdefault(worker, deque()).append(message)
-        return inbox[self.worker].popleft()
+        return receive_addressed(self.inbox, self.worker, self.conn.recv)
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -123,11 +124,10 @@ def _run(spec: WorkerSpec) -> bool:
     size = buffer_spec.plan().size
     segment = Segment.attach(reduction.recv_handle(conn), size) if name is None else NamedSegment.attach(name, size)
     buffers = Buffers(buffer_spec, segment)
-    first, end = spec.lanes[0][0], spec.lanes[-1][0] + 1
-    buffers.progress[first:end] = NO_ENV  # the segment starts zeroed: env 0 is not running here
+    buffers.progress[spec.hosted] = NO_ENV  # the segment starts zeroed: env 0 is not running here
     # Commands start after "attached" reaches the parent; a restarted worker must not replay the
     # command its predecessor died in, so the first command to serve is the next one.
-    seen = buffers.cmd_seq[first:end].tolist()
+    seen = buffers.cmd_seq[spec.hosted].tolist()
     conn.send(("attached",))
     try:
         return _serve(spec, envs, buffers, parent, seen)
@@ -237,9 +237,9 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
         for w, start, stop in spec.lanes
     ]
     spinner = Spinner(spec.spin_seconds)
-    first = spec.lanes[0][0]
+    first = spec.hosted.start
     cmd, busy = buffers.cmd, buffers.busy
-    mine = buffers.cmd_seq[first : first + len(runners)]
+    mine = buffers.cmd_seq[spec.hosted]
     new_commands = _command_watch(mine, seen)
     busy_since = None
     while True:

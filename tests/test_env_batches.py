@@ -33,6 +33,7 @@ from vecshm import (
     NoAsyncCallError,
     ShmVecEnv,
     ShmVectorEnv,
+    StepTimeoutError,
     WorkerDiedError,
     WorkerError,
 )
@@ -256,6 +257,25 @@ def test_worker_killed_while_its_envs_wait_names_them(no_leaks):
     venv.close()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_hung_env_is_named_alone_not_the_envs_queued_behind_it(cls, no_leaks):
+    """With commands env by env (batches of 3 from processes of 2 envs), env 3's command waits
+    behind hung env 2 in their process: the timeout names env 2, the cause, as when the process
+    steps its envs as one command."""
+    fns = [faulty("hang", fail_at=2) if i == 2 else healthy for i in range(4)]
+    venv = cls(fns, batch_size=3, envs_per_worker=2, step_timeout=1.0)
+    assert venv._engine.num_workers == 4  # one worker per env: the arrangement this test is about
+    venv.async_reset()
+    end = time.monotonic() + 60  # a bound for the test, not a synchronisation
+    with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\] did not finish") as info:
+        while time.monotonic() < end:
+            *_, env_ids = venv.recv()
+            venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    assert info.value.env_indices == [2]
+    venv.close()
+
+
 @pytest.mark.parametrize("fault, message", [("raise", "env 3 raised .*boom"), ("bad_shape", "env 3 raised .*fit")])
 def test_env_errors_in_uneven_batches_name_the_env(fault, message, no_leaks):
     fns = [faulty(fault, fail_at=3) if i == 3 else healthy for i in range(6)]
@@ -271,7 +291,7 @@ def test_close_with_envs_waiting_finished_and_in_flight(no_leaks):
     envs = ShmVectorEnv(space_fns("frame_u8", 6), batch_size=4, envs_per_worker=3)
     envs.async_reset(seed=0)
     obs, *_, env_ids = envs.recv()  # one worker's envs and one of the other's: two are left finished
-    envs.send(np.zeros(1, dtype=np.int64), env_ids[:1])  # waits for its worker's other envs
+    envs.send(np.zeros(1, dtype=np.int64), env_ids[:1])  # in flight while its process's other envs wait
     envs.close()
     with pytest.raises(ClosedError):
         envs.recv()

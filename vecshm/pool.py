@@ -341,11 +341,16 @@ class WorkerPool:
         return env if start <= env < stop else None
 
     def raise_timeout(self, workers: list[int], during: Phase) -> None:
-        self.stuck.update(self.process_of[w] for w in workers)
-        envs = []
+        """A ``StepTimeoutError`` naming, in each process with unfinished ``workers``, the env it was
+        running (the others of its envs only wait behind that one), or, with none running, their envs."""
+        processes: dict[int, list[int]] = {}
         for w in workers:
-            running = self._running_env_of(w, during)
-            envs += self.env_indices(w) if running is None else [running]
+            processes.setdefault(self.process_of[w], []).append(w)
+        self.stuck.update(processes)
+        envs = []
+        for p, waiting in processes.items():
+            running = self.running_env(p, during)
+            envs += [running] if running is not None else [i for w in waiting for i in self.env_indices(w)]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
             envs,

@@ -42,6 +42,7 @@ __all__ = ["WorkerSpec", "worker_main"]
 
 PARENT_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is still alive
 PR_SET_PDEATHSIG = 1
+COMMANDS = {command.value: command for command in Command}  # a dict lookup, not an enum call per command
 
 
 @dataclass
@@ -252,8 +253,8 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
         busy_since = time.perf_counter()
         spinner.record(busy_since - idle_since)
         for j in pending:
-            seq = int(mine[j])
-            command = Command(int(cmd[first + j]))
+            seq = mine.item(j)
+            command = COMMANDS[cmd.item(first + j)]
             if command is Command.CLOSE:
                 return True
             runners[j].run(command, seq)
@@ -275,12 +276,14 @@ def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]
             return [0]
 
         return one
-    served = np.array(seen, dtype=mine.dtype)
+    served = list(seen)
 
     def several() -> list[int]:
-        changed = np.flatnonzero(mine != served).tolist()
-        for j in changed:
-            served[j] = mine[j]
+        now = mine.tolist()  # a few words: comparing lists beats numpy's per-call overhead
+        if now == served:
+            return []
+        changed = [j for j, (count, last) in enumerate(zip(now, served)) if count != last]
+        served[:] = now
         return changed
 
     return several

@@ -104,7 +104,7 @@ class WorkerPool:
         # per process: the workers it hosts (by default one each); per worker: its process
         self.lanes = lanes if lanes is not None else [(w, w + 1) for w in range(len(slices))]
         self.process_of = [p for p, (a, b) in enumerate(self.lanes) for _ in range(a, b)]
-        process_slices = [(slices[a][0], slices[b - 1][1]) for a, b in self.lanes]
+        self.process_slices = [(slices[a][0], slices[b - 1][1]) for a, b in self.lanes]  # per process: its envs
         self.context = context
         self.transport = transport
         self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
@@ -113,7 +113,7 @@ class WorkerPool:
         method = context.get_start_method()
         forks = method == "fork"
         where = f"a {method} worker process"
-        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in process_slices]
+        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in self.process_slices]
         tempdir = _own_temp_dir() if method == "forkserver" else None
         self.specs = [
             WorkerSpec(
@@ -132,7 +132,7 @@ class WorkerPool:
                 owner_tempdir=tempdir,
                 lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
             )
-            for p, (start, _) in enumerate(process_slices)
+            for p, (start, _) in enumerate(self.process_slices)
         ]
         self.daemon = daemon
         self.doorbells = [spec.doorbell for spec in self.specs]
@@ -292,8 +292,7 @@ class WorkerPool:
 
     def process_envs(self, p: int) -> list[int]:
         """The envs process ``p`` hosts."""
-        first, last = self.lanes[p]
-        return list(range(self.slices[first][0], self.slices[last - 1][1]))
+        return list(range(*self.process_slices[p]))
 
     def raise_died(self, p: int, during: Phase, note: str = "") -> None:
         process = self.processes[p]

@@ -404,6 +404,54 @@ def test_the_forkserver_starts_with_vecshm_s_worker_modules_and_the_program_s_ow
     assert "numpy True sqlite3 True" in result.stdout, result.stdout
 
 
+def test_the_forkserver_imports_the_installed_modules_the_main_script_imports_at_its_top_level(tmp_path):
+    """Each forkserver worker runs the main script again, and multiprocessing's own preload of
+    ``__main__`` never reaches the server (it is not given the script's path), so a script that
+    imports PyTorch made every worker import it anew. The server now imports the installed modules
+    the script imports at its top level (sqlite3 here, as PyTorch would be), once: not those under
+    ``if __name__ == "__main__":`` (cProfile), which workers do not run, nor the script's own
+    modules beside it (a helper importing curses), which the server could not be sure to import.
+    The workers still see all three, as they did; seen from the server's memory maps."""
+    (tmp_path / "helper.py").write_text("import curses  # noqa: F401\n")
+    result = run_script(
+        tmp_path,
+        """
+        import os
+        import sqlite3
+
+        import gymnasium as gym
+        import psutil
+
+        import helper
+        from vecshm import ShmVecEnv
+
+
+        def modules_seen():
+            import sys
+
+            return {name: name in sys.modules for name in ("sqlite3", "helper", "cProfile")}
+
+
+        class Probe(gym.Wrapper):
+            def seen(self):
+                return modules_seen()
+
+
+        if __name__ == "__main__":
+            import cProfile
+
+            with ShmVecEnv([lambda: Probe(gym.make("CartPole-v1"))] * 2, start_method="forkserver") as venv:
+                server = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+                loaded = {os.path.basename(m.path).split(".")[0] for m in server[0].memory_maps()}
+                print("server", {name: name in loaded for name in ("_sqlite3", "_lsprof", "_curses")})
+                print("workers", venv.env_method("seen"))
+        """,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "server {'_sqlite3': True, '_lsprof': False, '_curses': False}" in result.stdout, result.stdout
+    assert "workers [{'sqlite3': True, 'helper': True, 'cProfile': False}" in result.stdout, result.stdout
+
+
 @pytest.mark.timeout(300)
 def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
     result = run_script(

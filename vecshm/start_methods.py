@@ -13,10 +13,15 @@ wherever a worker can re-import the main script and be sent the factories, and f
 it cannot and multiprocessing's default is fork. So every script that runs under
 ``AsyncVectorEnv`` runs under ``ShmVectorEnv``.
 
-Under forkserver each worker is forked from a server process that has imported only the main
-script, so it then imports NumPy, Gymnasium and vecshm itself: about 0.3 s per vec env on a
-2-core machine, whatever its size. :func:`preload_in_forkserver` has the server import them
-once, so later workers fork with them loaded (0.03 s).
+Under forkserver each worker is forked from a server process, then imports what it needs: vecshm
+with NumPy and Gymnasium (about 0.3 s per vec env on a 2-core machine, whatever its size), and the
+modules the main script imports at its top level, since each worker runs the script again (as
+``__mp_main__``). multiprocessing means the server to import the main script once (its default
+preload is ``["__main__"]``), but up to Python 3.13 at least it never hands the server the
+script's path, so every worker imports PyTorch again for a script that imports Stable-Baselines3:
+2.0-2.6 s per vec env of 4 CartPole envs on a 2-core machine, and a private copy of PyTorch in
+each worker. :func:`preload_in_forkserver` has the server import both once, so later workers fork
+with them loaded (0.04-0.07 s).
 """
 
 from __future__ import annotations
@@ -25,14 +30,22 @@ import ast
 import functools
 import multiprocessing as mp
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
 from vecshm.pickling import can_pickle
 
-__all__ = ["default_start_method", "gymnasium_start_method", "preload_in_forkserver", "workers_can_import_main"]
+__all__ = [
+    "default_start_method",
+    "gymnasium_start_method",
+    "preload_in_forkserver",
+    "main_script_imports",
+    "workers_can_import_main",
+]
 
 WORKER_MODULE = "vecshm.worker"  # what a worker runs; it imports NumPy, Gymnasium and the rest of vecshm
 
@@ -43,19 +56,96 @@ def default_start_method() -> str:
 
 
 def preload_in_forkserver() -> None:
-    """Add vecshm's worker module to the modules multiprocessing's forkserver imports when it
-    starts, keeping those already asked for (``__main__`` by default, or the program's own).
+    """Add vecshm's worker module, and the installed modules the main script imports at its top
+    level (:func:`main_script_imports`), to the modules multiprocessing's forkserver imports when
+    it starts, keeping those already asked for (``__main__`` by default, or the program's own).
 
     Takes effect when the server starts: at the first forkserver vec env, unless something else
-    (an SB3 ``SubprocVecEnv``, say) started it before; then workers import it themselves, as
+    (an SB3 ``SubprocVecEnv``, say) started it before; then workers import them themselves, as
     without this. Python keeps the list in a private attribute; if that ever moves, nothing is
     preloaded and nothing else changes. A failed import in the server is skipped by Python.
     """
     from multiprocessing import forkserver
 
     modules = getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
-    if isinstance(modules, list) and WORKER_MODULE not in modules:
-        forkserver.set_forkserver_preload([*modules, WORKER_MODULE])
+    if not isinstance(modules, list):
+        return
+    missing = [name for name in [*main_script_imports(), WORKER_MODULE] if name not in modules]
+    if missing:
+        forkserver.set_forkserver_preload([*modules, *missing])
+
+
+def main_script_imports() -> list[str]:
+    """The modules that a forkserver or spawn worker imports when it runs the main script again:
+    those the script imports at its top level (not under ``if __name__ == "__main__":``), where
+    this process has imported them already and they are installed (the standard library or
+    site-packages), in the script's order.
+
+    The last two conditions keep the server safe: it imports them before it serves any worker,
+    and a module that raised anything but ``ImportError`` there would end it, and with it every
+    forkserver worker of the program. A module this process imported has imported once already,
+    and an installed one does not depend on the script's directory or arguments. The script's
+    own modules beside it are left to each worker, as without a preload. A script run as a
+    package's ``__main__`` (``python -m pytest``) is not run again by workers: nothing to add.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if main is None or path is None or spec_name == "__main__" or spec_name.endswith(".__main__"):
+        return []
+    try:
+        names = _top_level_imports(path, os.stat(path).st_mtime_ns)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return []
+    return [name for name in names if _installed(sys.modules.get(name))]
+
+
+@functools.lru_cache(maxsize=8)
+def _top_level_imports(path: str, mtime_ns: int) -> tuple[str, ...]:
+    """Absolute imports that run when ``path`` runs as a module other than ``__main__``: in its
+    body, and in the ``if``/``try``/``with`` blocks there, but not in an ``if __name__ ==
+    "__main__":`` block, a function or a class."""
+    with open(path, "rb") as file:
+        tree = ast.parse(file.read(), filename=path)
+    names: list[str] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import):
+                names.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
+                names.append(node.module)  # and its submodules named here (kept where they are modules)
+                names.extend(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+            elif isinstance(node, ast.If):
+                if not _is_main_test(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                for block in (node.body, *(handler.body for handler in node.handlers), node.orelse, node.finalbody):
+                    visit(block)
+            elif isinstance(node, ast.With):
+                visit(node.body)
+
+    visit(tree.body)
+    return tuple(dict.fromkeys(names))
+
+
+def _installed(module: Any) -> bool:
+    """Whether ``module`` (imported here) comes from the standard library or site-packages."""
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)
+    if not isinstance(origin, str) or not os.path.isabs(origin):
+        return False  # built in, frozen, or not imported here
+    return os.path.realpath(origin).startswith(_installed_roots())
+
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    if site.ENABLE_USER_SITE:
+        roots.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(root), "") for root in roots)
 
 
 def gymnasium_start_method(caller: FrameType | None, env_fns: Sequence[Any] = ()) -> str:

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RLLIB_VENV ?= .venv-rllib
 RLLIB_BIN := $(RLLIB_VENV)/bin
 
-.PHONY: install install-rllib rllib-venv test test-suite test-portable test-sb3 test-ray-sb3-rllib test-pinned-gymnasium test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
+.PHONY: install install-rllib test test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,52 +18,31 @@ install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plo
 	$(BIN)/pip install -e '.[dev]'
 
 install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymnasium it pins) over the first one's packages
-	$(MAKE) rllib-venv
-
-rllib-venv:  # install-rllib without installing the first venv again (make test has, and runs tests from it meanwhile)
 	test -x $(RLLIB_BIN)/python || $(PYTHON) -m venv $(RLLIB_VENV)
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 		"$$($(RLLIB_BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_vecshm_main_venv.pth"
 	$(RLLIB_BIN)/pip install -q -e '.[rllib]'
 
-# The engine's tests, again on the portable transport (the one macOS and Windows take). The facades'
-# own tests (test_vector_env.py, test_dropin.py) sit above the transport and run once, in the suite.
-PARITY_TESTS := tests/test_parity.py tests/test_slots.py tests/test_async_batches.py tests/test_async_ring.py \
-	tests/test_lifecycle.py tests/test_errors.py
+# The tests whose subject is the transport, again on the portable one (the one macOS and Windows
+# take): segments created, attached and freed (test_lifecycle.py), wake-ups and deaths seen
+# (test_errors.py), and observations lent through units and pipes (test_async_ring.py). The layout
+# and the facades sit above the transport and run once, in the suite (test_parity.py and the rest).
+PARITY_TESTS := tests/test_lifecycle.py tests/test_errors.py tests/test_async_ring.py
 
-# `make test` runs in three stages, the first two of two jobs side by side (make -j2): the suite
-# left a 2-core machine 29-34% idle (its tests wait on processes starting and ending), and run one
-# after the other the jobs took 1552 s on a 2-core VM. Jobs side by side never
-# pair two Ray instances, or a job that creates /dev/shm entries (the portable path, and the
-# suite's own portable tests) with one whose tests check that none is left (tests/conftest.py,
-# no_leaks) or that starts Ray: each stage's jobs cannot see each other.
-test: install  ## the README's test command: the suite, the parity tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
-	$(MAKE) -j2 --output-sync=target test-suite test-sb3
-	$(MAKE) -j2 --output-sync=target test-portable test-ray-sb3-rllib
-	$(MAKE) test-pinned-gymnasium
-
-test-suite:
-	$(BIN)/python -m pytest -q
-
-test-portable:
-	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
-
-test-sb3:  ## SB3's and sb3-contrib's own tests on vecshm's classes
-	$(BIN)/python tests/sb3_suite/run.py
-	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
-
-# SB3's tests of SubprocVecEnv on RayVecEnv; its DummyVecEnv cases, which never reach RayVecEnv, ran in test-sb3.
+# SB3's tests of SubprocVecEnv on RayVecEnv; its DummyVecEnv cases, which never reach RayVecEnv, ran
+# in the SB3 stage before.
 RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method or test_vec_env_is_wrapped)
 
-test-ray-sb3-rllib: rllib-venv
+test: install  ## the README's test command: the suite, the transport's tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
+	$(BIN)/python -m pytest -q
+	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
+	$(BIN)/python tests/sb3_suite/run.py
+	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"
-	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_docs.py -k "test_rllib or scaling"
+	$(MAKE) test-rllib
 
-# The Gymnasium-facade tests whose behaviour follows the installed Gymnasium's version (its
-# errors, warnings and call checks), again on the Gymnasium RLlib pins.
-test-pinned-gymnasium:  # after rllib-venv (make test runs it in the stage before)
-	$(RLLIB_BIN)/python -m pytest -q tests/test_dropin.py tests/test_call_sequences.py
-
+# RLlib on vecshm, and the Gymnasium-facade tests whose behaviour follows the installed Gymnasium's
+# version (its errors, warnings and call checks) again on the Gymnasium RLlib pins.
 test-rllib: install-rllib  ## RLlib on vecshm, and the version-following Gymnasium-facade tests again on RLlib's Gymnasium
 	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_dropin.py tests/test_call_sequences.py tests/test_docs.py -k "not test_docs or scaling"
 

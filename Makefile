@@ -27,7 +27,7 @@ install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymna
 # take): segments created, attached and freed (test_lifecycle.py), wake-ups and deaths seen
 # (test_errors.py), and observations lent through units and pipes (test_async_ring.py). The layout
 # and the facades sit above the transport and run once, in the suite (test_parity.py and the rest).
-PARITY_TESTS := tests/test_lifecycle.py tests/test_errors.py tests/test_async_ring.py
+TRANSPORT_TESTS := tests/test_lifecycle.py tests/test_errors.py tests/test_async_ring.py
 
 # SB3's tests of SubprocVecEnv on RayVecEnv; its DummyVecEnv cases, which never reach RayVecEnv, ran
 # in the SB3 stage before.
@@ -35,7 +35,7 @@ RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method o
 
 test: install  ## the README's test command: the suite, the transport's tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
 	$(BIN)/python -m pytest -q
-	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(PARITY_TESTS)
+	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(TRANSPORT_TESTS)
 	$(BIN)/python tests/sb3_suite/run.py
 	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"

@@ -275,6 +275,7 @@ def no_leaks():
 
     Any descriptor of a vecshm segment counts; others may grow by two (the forkserver's, once)."""
     me = psutil.Process()
+    freeze_what_lives()
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     fds_before = me.num_fds()
     segments_before = segment_descriptors()
@@ -311,6 +312,17 @@ def _is_mp_helper(process: Any) -> bool:
     return "forkserver" in command or "resource_tracker" in command
 
 
+def freeze_what_lives() -> None:
+    """Collect, then exempt every object alive now from later collections (``gc.freeze``).
+
+    The leak checks' ``gc.collect()`` then walks only what the test itself made: with torch, SB3
+    and Ray imported it walked everything, 0.45 s per test, 117 s of the suite on a 2-core VM.
+    Only live objects are frozen (cyclic garbage went first), and reference counting still frees
+    them; a frozen object that later ends up in a cycle stays until the session ends."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def multiprocessing_helpers():
     """Start multiprocessing's helper processes once, so per-test resource checks do not count them."""
@@ -320,6 +332,7 @@ def multiprocessing_helpers():
     resource_tracker.ensure_running()
     if "forkserver" in mp.get_all_start_methods():
         forkserver.ensure_running()
+    freeze_what_lives()  # what collection imported (torch and SB3 among it)
     yield
 
 
@@ -361,6 +374,7 @@ def ray_cluster():
     cluster.add_node(num_cpus=4, resources={"node_b": 100})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
+    freeze_what_lives()  # Ray's modules, imported above
     yield cluster
     ray.shutdown()
     cluster.shutdown()

@@ -233,6 +233,23 @@ def test_a_factory_that_cannot_be_sent_to_its_worker_is_named(cls, method, no_le
         cls(fns, **{"start_method" if cls is ShmVecEnv else "context": method})
 
 
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_factory_whose_module_its_worker_cannot_import_is_named(cls, method, tmp_path, monkeypatch, no_leaks):
+    name = f"parent_only_envs_{method}_{cls.__name__}"
+    module = tmp_path / f"{name}.py"
+    module.write_text("import gymnasium as gym\n\ndef make():\n    return gym.make('CartPole-v1')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    make = __import__(name).make
+    module.unlink()  # imported here, gone for the workers: a module not installed where they run
+    options = {"start_method" if cls is ShmVecEnv else "context": method, "envs_per_worker": 1}
+    with pytest.raises(
+        ModuleNotFoundError,
+        match=f"env 1 raised builtins.ModuleNotFoundError during env construction: No module named '{name}'",
+    ):
+        cls([healthy, make], **options)
+
+
 def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():
     with ShmVecEnv([healthy] * 2) as venv:
         venv.reset()

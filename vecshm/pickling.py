@@ -14,7 +14,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["can_pickle", "dumps", "factories_by_value"]
+__all__ = ["PickledFactory", "can_pickle", "dumps", "factories_by_value"]
 
 
 def dumps(value: Any) -> bytes:
@@ -58,3 +58,20 @@ def factories_by_value(env_fns: list[Any], start: int, stop: int, how: str, can_
         except Exception:
             raise error from None
         raise named from error
+
+
+class PickledFactory:
+    """An env factory that stays pickled until the process that builds the env calls it.
+
+    A Ray actor passes its envs' factories on to its vecshm workers this way, without loading them:
+    loading imports the factory's modules (PyTorch, for envs defined beside an SB3 script), which
+    the actor never uses and the worker that builds the env imports anyway. ``blob`` is
+    :func:`factories_by_value` of one factory.
+    """
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    def __call__(self) -> Any:
+        (factory,) = cloudpickle.loads(self.blob)
+        return factory()

@@ -164,7 +164,11 @@ def exit_with_parent(parent_pid: int) -> None:
 
 
 def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
-    fns = cloudpickle.loads(spec.env_fns) if isinstance(spec.env_fns, bytes) else spec.env_fns
+    try:  # a factory's module may not import here (not installed on this node): the first env's error
+        fns = cloudpickle.loads(spec.env_fns) if isinstance(spec.env_fns, bytes) else spec.env_fns
+    except Exception as exc:
+        _report_construction_error(spec, exc, spec.env_start)
+        return None
     envs: list[gym.Env] = []
     for offset, fn in enumerate(fns):
         index = spec.env_start + offset
@@ -180,13 +184,17 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
                 )
             envs.append(env)
         except Exception as exc:
-            try:
-                spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
-            except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
-                pass
+            _report_construction_error(spec, exc, index)
             _close_envs(envs)
             return None
     return envs
+
+
+def _report_construction_error(spec: WorkerSpec, exc: Exception, index: int) -> None:
+    try:
+        spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
+    except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
+        pass
 
 
 def _make_env(fn: Callable[[], gym.Env], registry: bytes) -> gym.Env:

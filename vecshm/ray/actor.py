@@ -14,10 +14,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import ray
 
+from vecshm.pickling import PickledFactory
 from vecshm.ray.failures import Failure, capture
 from vecshm.registry import adopt_registry
 from vecshm.vec_env.shm import ShmVecEnv
@@ -51,19 +51,23 @@ def host_options(num_envs: int, options: dict[str, Any]) -> dict[str, Any]:
 class EnvHost:
     """Hosts envs ``offset, offset + 1, ...`` of a ``RayVecEnv`` (Ray actor ``index``).
 
-    ``env_fns`` arrive cloudpickled and are loaded here, so a factory that cannot be loaded on this
-    node (its module is not installed there) is reported like any other start-up failure, with the
-    actor and its envs named, instead of as Ray's argument-deserialization error.
+    ``env_fns`` arrive still pickled (:class:`~vecshm.pickling.PickledFactory`) and go on to the
+    vecshm workers so: only the worker that builds an env loads its factory and imports its modules
+    (the actor would hold PyTorch for an SB3 script's envs, 2.5 s and hundreds of MiB, for nothing).
+    A factory that cannot be loaded on this node (its module is not installed there) fails there,
+    with its own exception, and is reported like any other start-up failure, with the actor and its
+    envs named, instead of as Ray's argument-deserialization error.
     """
 
-    def __init__(self, env_fns: bytes, offset: int, index: int, options: dict[str, Any], registry: bytes) -> None:
+    def __init__(
+        self, env_fns: list[PickledFactory], offset: int, index: int, options: dict[str, Any], registry: bytes
+    ) -> None:
         self.offset = offset
         self.where = f"Ray actor {index} (node {ray.util.get_node_ip_address()}, pid {os.getpid()})"
         self.venv: ShmVecEnv | None = None
         self.broken: Failure | None = None
         try:
             adopt_registry(registry)  # env ids the driver registered at run time
-            env_fns = cloudpickle.loads(env_fns)
             options = {**host_options(len(env_fns), options), "copy": False}
             self.venv = ShmVecEnv(env_fns, **options)
         except Exception as error:  # reported by the first call, with the envs named

@@ -17,7 +17,7 @@ from ray.exceptions import RayActorError
 from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
 from vecshm.layout import tree_map
-from vecshm.pickling import factories_by_value
+from vecshm.pickling import PickledFactory, factories_by_value
 from vecshm.pool import describe_envs
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception
@@ -176,7 +176,10 @@ class RayVecEnv(VecEnv):
     def _launch(self, k: int) -> Any:
         start, stop = self._shares[k]
         return _EnvHostActor.options(**self._per_actor[k]).remote(
-            factories_by_value(self._fns, start, stop, f"Ray actor {k}", can_fork=False),
+            [
+                PickledFactory(factories_by_value(self._fns, i, i + 1, f"Ray actor {k}", can_fork=False))
+                for i in range(start, stop)
+            ],
             start,
             k,
             self._shm_options,

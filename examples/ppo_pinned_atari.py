@@ -38,8 +38,11 @@ def main() -> None:
 
     cores = sorted(os.sched_getaffinity(0))
     learner, workers = cores[:1], (cores[1:] or cores)
-    venv = VecFrameStack(ShmVecEnv([make_env(args.env) for _ in range(args.n_envs)], cpu_affinity=workers), 4)
-    os.sched_setaffinity(0, learner)  # after the workers started, so they do not inherit it
+    # pin_parent pins this process once the workers have started (so that none inherits it), and
+    # caps PyTorch's pool, loaded above, at one thread per learner core: its default, one per core
+    # of the machine, would oversubscribe the learner's core (tens of times slower on 2 cores)
+    envs = ShmVecEnv([make_env(args.env) for _ in range(args.n_envs)], cpu_affinity=workers, pin_parent=learner)
+    venv = VecFrameStack(envs, 4)
     print(f"learner on cores {learner}, workers on {workers}: {venv.unwrapped}")
     model = PPO("CnnPolicy", venv, n_steps=128, batch_size=256, n_epochs=1, verbose=1)
     model.learn(args.timesteps)

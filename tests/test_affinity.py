@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import psutil
@@ -46,6 +48,32 @@ def test_pin_parent_pins_the_caller_after_the_workers_start(no_leaks):
             assert all(len(cores) == len(before) for cores in worker_affinities(venv))
     finally:
         os.sched_setaffinity(0, before)
+
+
+PINNED_LEARNER = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from faulty_envs import healthy
+from vecshm import ShmVecEnv
+
+if __name__ == "__main__":
+    before = torch.get_num_threads()
+    with ShmVecEnv([healthy], pin_parent=[{core}], limit_threads={limit}):
+        print(before, torch.get_num_threads())
+"""
+
+
+@pytest.mark.skipif(len(CORES) < 2, reason="PyTorch's pool has one thread on one core")
+@pytest.mark.parametrize("limit", [True, False])
+def test_pin_parent_caps_a_loaded_pytorch_pool_at_the_pinned_cores(limit, tmp_path):
+    """PyTorch sized its pool for every core when it loaded; pinned to one, the learner runs one thread."""
+    script = tmp_path / "learner.py"
+    script.write_text(PINNED_LEARNER.format(tests=os.path.dirname(__file__), core=CORES[0], limit=limit))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    before, after = map(int, result.stdout.split())
+    assert before > 1
+    assert after == (1 if limit else before)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecshm.actions import ActionWriter
-from vecshm.affinity import check_cores, plan_worker_cores, usable_cores
+from vecshm.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.balance import CoreBalance
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import (
@@ -213,7 +213,7 @@ class Engine:
             self.close()
             raise
         if parent_cores is not None:  # after the workers exist, so that none inherits it
-            os.sched_setaffinity(0, parent_cores)
+            pin_calling_process(parent_cores, limit_threads)
         placed = cpu_affinity is not None or parent_cores is not None  # the caller's placement stays as it is
         pool = self.pool  # not self: the balance must not keep the engine alive
 

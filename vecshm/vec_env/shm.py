@@ -36,7 +36,8 @@ class ShmVecEnv(EngineFacade, VecEnv):
         and workers up to 150 us; 0: never spin)
     :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
     :param pin_parent: cores to pin the calling process (the learner) to, once the workers started
-    :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker
+    :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker, and
+        the loaded PyTorch and OpenCV pools of a process pinned with ``pin_parent`` to one per core
     :param on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild a dead worker's envs from
         their factories; their episodes end as truncated (``TimeLimit.truncated``, ``worker_restarted``)
     :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);

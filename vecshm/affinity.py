@@ -163,10 +163,10 @@ def pin_calling_process(cores: list[int], limit_threads: bool) -> None:
     """Pin the calling process (the learner) to ``cores`` and, with ``limit_threads``, cap the
     thread pools of PyTorch and OpenCV, if they are loaded, at one thread per core.
 
-    Both size their pools when they load, for the cores allowed then (PyTorch) or for the whole
-    machine (OpenCV). A pool larger than the cores it may use now oversubscribes them: SB3's
-    NatureCNN forward pass on 2 frames took 96 ms with PyTorch's 2 threads on 1 core, and 1.4 ms
-    with 1 thread (2-core machine). Loaded after the pinning, PyTorch sizes its pool to fit.
+    Both size their pools when they load, for the cores allowed then. A pool larger than the cores
+    it may use now oversubscribes them: SB3's NatureCNN forward pass on 2 frames took 96 ms with
+    PyTorch's 2 threads on 1 core, and 1.4 ms with 1 thread (2-core machine). Loaded after the
+    pinning, both size their pools to fit (1 thread each, pinned to one core).
     """
     os.sched_setaffinity(0, cores)
     if limit_threads:

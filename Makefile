@@ -41,10 +41,11 @@ test: install  ## the README's test command: the suite, the transport's tests on
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"
 	$(MAKE) test-rllib
 
-# RLlib on vecshm, and the Gymnasium-facade tests whose behaviour follows the installed Gymnasium's
-# version (its errors, warnings and call checks) again on the Gymnasium RLlib pins.
+# RLlib on vecshm (its tests and the docs' RLlib examples), and the Gymnasium-facade tests whose
+# behaviour follows the installed Gymnasium's version (its errors, warnings and call checks) again
+# on the Gymnasium RLlib pins.
 test-rllib: install-rllib  ## RLlib on vecshm, and the version-following Gymnasium-facade tests again on RLlib's Gymnasium
-	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_dropin.py tests/test_call_sequences.py tests/test_docs.py -k "not test_docs or scaling"
+	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_dropin.py tests/test_call_sequences.py tests/test_docs.py -k "not test_docs or rllib"
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples

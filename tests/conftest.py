@@ -6,6 +6,7 @@ import copy
 import gc
 import multiprocessing
 import os
+import pathlib
 import time
 from collections import defaultdict
 from typing import Any
@@ -252,6 +253,31 @@ class AddInfoBatch:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+
+
+class LoadWitness:
+    """Marks, by a file named after its pid, each process that unpickles it into ``folder``: to
+    tell which processes loaded a value that others only passed on."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _witness_loaded, (self.folder,)
+
+    @staticmethod
+    def loaded_by(folder: Any) -> set[int]:
+        """The pids that loaded a witness into ``folder`` since it was last asked (and forgets them)."""
+        pids = set()
+        for mark in pathlib.Path(folder).iterdir():
+            pids.add(int(mark.name))
+            mark.unlink()
+        return pids
+
+
+def _witness_loaded(folder: str) -> LoadWitness:
+    pathlib.Path(folder, str(os.getpid())).touch()
+    return LoadWitness(folder)
 
 
 def env_by_env(infos: list[dict]) -> dict:

@@ -23,6 +23,7 @@ import torch
 from conftest import (
     ACTION_SPACES,
     SPACES,
+    LoadWitness,
     SpaceEnv,
     as_dummy_rewards,
     assert_tree_equal,
@@ -361,6 +362,32 @@ def test_a_factory_the_actors_cannot_load_is_an_error_naming_the_actor(tmp_path,
     assert re.match(
         r"env ([01]) raised builtins.ModuleNotFoundError during env construction in Ray actor \1 ", str(error.value)
     )
+
+
+def test_call_arguments_and_results_cross_the_actors_without_being_loaded(tmp_path):
+    """SB3's calls reach the workers, and their results the driver, still pickled: an actor that
+    loaded ``env_is_wrapped(Monitor)``'s class imported PyTorch for it (PSS 59 -> 200 MiB)."""
+    with closing(ray_vec_env([healthy] * 3)) as venv:
+        workers = {pid for pids in venv.worker_pids() for pid in pids}
+        venv.set_attr("witness", LoadWitness(str(tmp_path)), indices=[0, 2])
+        assert LoadWitness.loaded_by(tmp_path) == workers, "loaded by the workers of envs 0 and 2 alone"
+        assert len(venv.get_attr("witness", indices=[2, 0])) == 2
+        assert LoadWitness.loaded_by(tmp_path) == {os.getpid()}, "the results are loaded by the driver alone"
+        venv.env_method("reset", options={"witness": LoadWitness(str(tmp_path))}, indices=1)  # on actor 0
+        assert LoadWitness.loaded_by(tmp_path) == set(venv.worker_pids()[0])
+
+
+def test_a_call_argument_the_workers_cannot_load_is_an_error_naming_the_envs(tmp_path, monkeypatch):
+    (tmp_path / "driver_only_values.py").write_text("class Value:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here, not on the Ray workers
+    import driver_only_values
+
+    with closing(ray_vec_env([healthy] * 3)) as venv:
+        with pytest.raises(ModuleNotFoundError, match="driver_only_values") as error:
+            venv.set_attr("value", driver_only_values.Value(), indices=[2])
+        assert isinstance(error.value, WorkerError) and error.value.env_index == 2
+        assert "env 2 raised builtins.ModuleNotFoundError during set_attr in Ray actor 1 " in str(error.value)
+        assert venv.get_attr("t") == [0, 0, 0], "a failed call leaves the vec env usable, as in SubprocVecEnv"
 
 
 TUPLE_ACTIONS = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)))

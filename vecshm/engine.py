@@ -35,6 +35,7 @@ from vecshm.errors import (
     remote_errors,
 )
 from vecshm.layout import leaves
+from vecshm.pickling import Pickled
 from vecshm.pool import WorkerPool, as_env_list, describe_exit, describe_worker, split_envs
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.registry import snapshot_registry
@@ -611,6 +612,12 @@ class Engine:
 
     def call(self, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
         """Run a rare operation on some envs (arguments and results are pickled over the sockets)."""
+        return [pickle.loads(blob) for blob in self.call_pickled(op, env_ids, args)]
+
+    def call_pickled(self, op: CallOp, env_ids: Sequence[int], args: tuple | Pickled) -> list[bytes]:
+        """:meth:`call` for a process that only passes arguments and results on (a Ray actor): the
+        arguments may come still pickled (:class:`~vecshm.pickling.Pickled`, loaded by the workers),
+        and each env's result is returned as its worker pickled it."""
         self.check_usable()
         ids = [int(i) for i in env_ids]
         for i in ids:
@@ -627,7 +634,7 @@ class Engine:
         for w in workers.tolist():
             self._send(w, (op, by_worker[w], args), Phase.of_call(op))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        results: dict[int, Any] = {}
+        results: dict[int, bytes] = {}
         records = []
         try:
             for w in workers.tolist():
@@ -635,7 +642,7 @@ class Engine:
                 if kind == "error":
                     records += payload
                 else:
-                    results.update(zip(by_worker[w], map(pickle.loads, payload)))  # pickled one by one (pickling.dumps)
+                    results.update(zip(by_worker[w], payload))  # pickled one by one (pickling.dumps)
         except VecShmError as failure:
             self._fail(failure)
             raise

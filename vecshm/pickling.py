@@ -14,7 +14,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["PickledFactory", "can_pickle", "dumps", "factories_by_value"]
+__all__ = ["Pickled", "PickledFactory", "can_pickle", "dumps", "factories_by_value"]
 
 
 def dumps(value: Any) -> bytes:
@@ -60,18 +60,30 @@ def factories_by_value(env_fns: list[Any], start: int, stop: int, how: str, can_
         raise named from error
 
 
-class PickledFactory:
-    """An env factory that stays pickled until the process that builds the env calls it.
+class Pickled:
+    """A value cloudpickled where it is made and loaded only by the process that uses it.
 
-    A Ray actor passes its envs' factories on to its vecshm workers this way, without loading them:
-    loading imports the factory's modules (PyTorch, for envs defined beside an SB3 script), which
-    the actor never uses and the worker that builds the env imports anyway. ``blob`` is
-    :func:`factories_by_value` of one factory.
+    A Ray actor passes its envs' factories, and the arguments of SB3's calls on its envs, on to its
+    vecshm workers so, and their results back: loading them would import their modules (PyTorch,
+    for an SB3 script's envs or for ``env_is_wrapped(Monitor)``) in an actor that never uses them,
+    while the worker that does imports them anyway.
     """
 
     def __init__(self, blob: bytes) -> None:
         self.blob = blob
 
+    @classmethod
+    def of(cls, value: Any) -> Pickled:
+        return cls(cloudpickle.dumps(value))
+
+    def load(self) -> Any:
+        return cloudpickle.loads(self.blob)
+
+
+class PickledFactory(Pickled):
+    """An env factory that stays pickled until the process that builds the env calls it: ``blob``
+    is :func:`factories_by_value` of one factory."""
+
     def __call__(self) -> Any:
-        (factory,) = cloudpickle.loads(self.blob)
+        (factory,) = self.load()
         return factory()

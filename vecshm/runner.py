@@ -19,7 +19,7 @@ from vecshm.env_util import is_wrapped
 from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
-from vecshm.pickling import dumps
+from vecshm.pickling import Pickled, dumps
 from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
 from vecshm.ring import CLAIM
 
@@ -397,6 +397,11 @@ class EnvRunner:
     def _call(self) -> None:
         op, indices, args = self.conn.recv()
         results, failures = [], []
+        try:  # still pickled when a Ray actor passed them on (their modules load here, not there)
+            args = args.load() if isinstance(args, Pickled) else args
+        except Exception as exc:  # their module is not installed here, or fails to import
+            self.conn.send(("error", [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]))
+            return
         for index in indices:
             try:  # each result pickled here, so that one nothing can pickle is that env's error
                 results.append(dumps(_CALLS[op](self.envs[index - self.start], *args)))

@@ -17,15 +17,13 @@ from typing import Any
 import numpy as np
 import ray
 
-from vecshm.pickling import PickledFactory
+from vecshm.pickling import Pickled, PickledFactory
+from vecshm.protocol import CallOp
 from vecshm.ray.failures import Failure, capture
 from vecshm.registry import adopt_registry
-from vecshm.vec_env.shm import ShmVecEnv
+from vecshm.vec_env.shm import SB3_CALLS, ShmVecEnv
 
 __all__ = ["EnvHost", "assigned_cpus", "host_options"]
-
-# The only vec-env methods ``call`` runs: SB3's index-taking calls and the rare whole-batch ones.
-CALLS = frozenset({"get_attr", "set_attr", "env_method", "env_is_wrapped", "has_attr", "get_images"})
 
 
 def assigned_cpus() -> int | None:
@@ -114,10 +112,12 @@ class EnvHost:
 
         return self._run("step", body)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if name not in CALLS:
+    def call(self, name: str, op: CallOp, envs: list[int], args: Pickled) -> Any:
+        """SB3's call ``name`` (the engine's ``op`` on ``args``) on this actor's ``envs``: each env's
+        result as its worker pickled it. Neither is loaded here (:class:`~vecshm.pickling.Pickled`)."""
+        if name not in SB3_CALLS:
             raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
-        return self._run(name, lambda venv: getattr(venv, name)(*args, **kwargs))
+        return self._run(name, lambda venv: venv._call_pickled(name, op, envs, args))
 
     def worker_pids(self) -> list[int]:
         """The pids of this actor's vecshm worker processes (for tests and for diagnosing a node)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import pickle
 import socket
 import warnings
 from collections.abc import Callable, Sequence
@@ -17,12 +18,14 @@ from ray.exceptions import RayActorError
 from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
 from vecshm.layout import tree_map
-from vecshm.pickling import PickledFactory, factories_by_value
+from vecshm.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.pool import describe_envs
+from vecshm.protocol import Phase
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception
 from vecshm.registry import snapshot_registry
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.shm import SB3_CALLS
 
 __all__ = ["RayVecEnv"]
 
@@ -358,7 +361,7 @@ class RayVecEnv(VecEnv):
 
     # -- calls on some envs -------------------------------------------------------------------------
 
-    def _call(self, name: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
+    def _call(self, name: str, indices: VecEnvIndices, /, *args: Any, **kwargs: Any) -> list[Any]:
         """``name`` on the envs in ``indices`` (in that order, repeats and negatives allowed, as SubprocVecEnv)."""
         self._check_usable()
         envs = range(self.num_envs)
@@ -367,15 +370,23 @@ class RayVecEnv(VecEnv):
         for position, i in enumerate(targets):
             k = bisect.bisect_right(self._starts, i) - 1
             by_actor.setdefault(k, []).append((position, i - self._starts[k]))
-        refs = [
-            self.actors[k].call.remote(name, *args, indices=[local for _, local in places], **kwargs)
-            for k, places in by_actor.items()
-        ]
+        envs_of = {k: [local for _, local in places] for k, places in by_actor.items()}
         results: list[Any] = [None] * len(targets)
-        for places, values in zip(by_actor.values(), self._gather(refs, name, list(by_actor))):
-            for (position, _), value in zip(places, values or [None] * len(places)):  # set_attr: None
+        for places, values in zip(by_actor.values(), self._call_actors(name, envs_of, *args, **kwargs)):
+            for (position, _), value in zip(places, values):
                 results[position] = value
         return results
+
+    def _call_actors(self, name: str, envs_of: dict[int, list[int]], /, *args: Any, **kwargs: Any) -> list[list[Any]]:
+        """SB3's call ``name`` on each actor ``k``'s local envs ``envs_of[k]``: a list of results per actor.
+
+        The arguments travel pickled to the workers, and the results pickled back, without being
+        loaded in the actors (:class:`~vecshm.pickling.Pickled` says why)."""
+        op, call_args = SB3_CALLS[name](*args, **kwargs)
+        pickled = Pickled.of(call_args)
+        refs = [self.actors[k].call.remote(name, op, envs, pickled) for k, envs in envs_of.items()]
+        answers = self._gather(refs, Phase.of_call(op).value, list(envs_of))  # named as ShmVecEnv names it
+        return [[pickle.loads(blob) for blob in blobs] for blobs in answers]
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call("get_attr", indices, attr_name)
@@ -393,7 +404,7 @@ class RayVecEnv(VecEnv):
 
     def has_attr(self, attr_name: str) -> bool:
         self._check_usable()
-        return all(self._gather([a.call.remote("has_attr", attr_name) for a in self.actors], "has_attr"))
+        return all(value for values in self._call_actors("has_attr", self._local_envs(), attr_name) for value in values)
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":
@@ -403,11 +414,11 @@ class RayVecEnv(VecEnv):
             )
             return [None for _ in range(self.num_envs)]
         self._check_usable()
-        return [
-            image
-            for part in self._gather([a.call.remote("get_images") for a in self.actors], "render")
-            for image in part
-        ]
+        return [image for images in self._call_actors("get_images", self._local_envs()) for image in images]
+
+    def _local_envs(self) -> dict[int, list[int]]:
+        """Every actor's envs, by their indices within it."""
+        return {k: list(range(stop - start)) for k, (start, stop) in enumerate(self._shares)}
 
     def worker_pids(self) -> list[list[int]]:
         """Each actor's vecshm worker pids (to check placement or to inject a fault in a test)."""

@@ -12,11 +12,22 @@ import numpy as np
 from vecshm.engine import DEFAULT_INFO_BYTES
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.facade import EngineFacade
+from vecshm.pickling import Pickled
 from vecshm.protocol import AutoReset, CallOp, Phase
 from vecshm.results import Batch
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
-__all__ = ["ShmVecEnv"]
+__all__ = ["SB3_CALLS", "ShmVecEnv"]
+
+# SB3's calls on some envs -> the engine's operation and its arguments (the envs' indices aside)
+SB3_CALLS: dict[str, Callable[..., tuple[CallOp, tuple]]] = {
+    "get_attr": lambda attr_name, /: (CallOp.GET_ATTR, (attr_name,)),
+    "set_attr": lambda attr_name, value, /: (CallOp.SET_ATTR, (attr_name, value, False)),
+    "env_method": lambda method_name, /, *args, **kwargs: (CallOp.ENV_METHOD, (method_name, args, kwargs, False)),
+    "env_is_wrapped": lambda wrapper_class, /: (CallOp.IS_WRAPPED, (wrapper_class,)),
+    "has_attr": lambda attr_name, /: (CallOp.HAS_ATTR, (attr_name,)),
+    "get_images": lambda: (CallOp.RENDER, ()),
+}
 
 
 class ShmVecEnv(EngineFacade, VecEnv):
@@ -215,34 +226,39 @@ class ShmVecEnv(EngineFacade, VecEnv):
                 stacklevel=2,
             )
             return [None for _ in self._all_envs]
-        return self._call("get_images", CallOp.RENDER, self._all_envs)
+        return self._call("get_images", self._all_envs)
 
     def has_attr(self, attr_name: str) -> bool:
-        return all(self._call("has_attr", CallOp.HAS_ATTR, self._all_envs, attr_name))
+        return all(self._call("has_attr", self._all_envs, attr_name))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return self._call("get_attr", CallOp.GET_ATTR, self._get_indices(indices), attr_name)
+        return self._call("get_attr", self._get_indices(indices), attr_name)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        self._call("set_attr", CallOp.SET_ATTR, self._get_indices(indices), attr_name, value, False)
+        self._call("set_attr", self._get_indices(indices), attr_name, value)
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
-        return self._call(
-            "env_method", CallOp.ENV_METHOD, self._get_indices(indices), method_name, method_args, method_kwargs, False
-        )
+        return self._call("env_method", self._get_indices(indices), method_name, *method_args, **method_kwargs)
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        return self._call("env_is_wrapped", CallOp.IS_WRAPPED, self._get_indices(indices), wrapper_class)
+        return self._call("env_is_wrapped", self._get_indices(indices), wrapper_class)
 
-    def _call(self, name: str, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
-        """Run ``op`` on ``env_ids``, once no step holds their workers. A call between ``step_async``
-        and ``step_wait``, or while ``send`` has envs in flight, is an error, as in the Gymnasium
-        facade: ``SubprocVecEnv`` would hand the step's results to the call and the call's to
-        ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
+    def _call(self, name: str, env_ids: Sequence[int], /, *args: Any, **kwargs: Any) -> list[Any]:
+        """SB3's call ``name`` on ``env_ids``, once no step holds their workers. A call between
+        ``step_async`` and ``step_wait``, or while ``send`` has envs in flight, is an error, as in
+        the Gymnasium facade: ``SubprocVecEnv`` would hand the step's results to the call and the
+        call's to ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
+        op, call_args = SB3_CALLS[name](*args, **kwargs)
         self._check_idle(name)
-        return self._engine.call(op, env_ids, *args)
+        return self._engine.call(op, env_ids, *call_args)
+
+    def _call_pickled(self, name: str, op: CallOp, env_ids: Sequence[int], args: Pickled) -> list[bytes]:
+        """:meth:`_call` with the engine's arguments still pickled and the results left pickled, for
+        a Ray actor that passes both on (:class:`~vecshm.pickling.Pickled` says why)."""
+        self._check_idle(name)
+        return self._engine.call_pickled(op, env_ids, args)
 
     def _check_idle(self, name: str) -> None:
         """Raise unless the vec env is usable and no step holds its workers (``name``: the caller's method)."""

@@ -116,6 +116,9 @@ def test_seed_options_and_calls_with_indices_match_subproc_vec_env():
             assert venv.env_method("get_wrapper_attr", "tag", indices=indices) == reference.env_method(
                 "get_wrapper_attr", "tag", indices=indices
             )
+            assert venv.env_method("get_wrapper_attr", name="tag", indices=indices) == reference.env_method(
+                "get_wrapper_attr", name="tag", indices=indices
+            )
         assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == reference.env_is_wrapped(gym.wrappers.TimeLimit)
         assert venv.env_is_wrapped(gym.wrappers.ClipAction, [0, 3]) == [False, False]
         assert venv.has_attr("tag") and not venv.has_attr("no_such_attribute")

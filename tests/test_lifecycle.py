@@ -160,6 +160,33 @@ def test_the_forkserver_folder_of_a_parent_killed_with_sigkill_is_removed():
     assert not os.path.exists(folder)
 
 
+@pytest.mark.timeout(120)
+def test_the_forkserver_folder_of_a_parent_killed_after_closing_goes_with_its_forkserver():
+    """With no worker left to do it (a Ray actor that RLlib stops closes its env, then is killed),
+    the forkserver removes the folder as it exits, once it sees the parent gone."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from multiprocessing import forkserver, util
+        sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
+        from faulty_envs import healthy
+        from vecshm import ShmVecEnv
+        if __name__ == "__main__":
+            with ShmVecEnv([healthy] * 2, start_method="forkserver") as venv:
+                venv.reset()
+            print(util.get_temp_dir(), forkserver._forkserver._forkserver_pid, flush=True)
+            time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    folder, server = parent.stdout.readline().split()
+    assert os.path.basename(folder).startswith("pymp-") and os.path.isdir(folder)
+    parent.kill()
+    parent.wait()
+    assert wait_gone([int(server)], 20) == []
+    assert not os.path.exists(folder)
+
+
 LOUD_SCRIPT = textwrap.dedent(
     """
     import numpy as np, gymnasium as gym

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 WORKER_MODULE = "vecshm.worker"  # what a worker runs; it imports NumPy, Gymnasium and the rest of vecshm
+SERVER_EXIT_MODULE = "vecshm.forkserver_exit"  # the server removes a killed owner's folder when it exits
 
 
 def default_start_method() -> str:
@@ -58,7 +59,8 @@ def default_start_method() -> str:
 def preload_in_forkserver() -> None:
     """Add vecshm's worker module, and the installed modules the main script imports at its top
     level (:func:`main_script_imports`), to the modules multiprocessing's forkserver imports when
-    it starts, keeping those already asked for (``__main__`` by default, or the program's own).
+    it starts, keeping those already asked for (``__main__`` by default, or the program's own);
+    and :mod:`vecshm.forkserver_exit`, for the server alone.
 
     Takes effect when the server starts: at the first forkserver vec env, unless something else
     (an SB3 ``SubprocVecEnv``, say) started it before; then workers import them themselves, as
@@ -70,7 +72,7 @@ def preload_in_forkserver() -> None:
     modules = getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None)
     if not isinstance(modules, list):
         return
-    missing = [name for name in [*main_script_imports(), WORKER_MODULE] if name not in modules]
+    missing = [name for name in [*main_script_imports(), WORKER_MODULE, SERVER_EXIT_MODULE] if name not in modules]
     if missing:
         forkserver.set_forkserver_preload([*modules, *missing])
 

@@ -1,0 +1,32 @@
+"""The forkserver's last act: the multiprocessing folder of an owner that was killed goes with it.
+
+Only multiprocessing's forkserver imports this module: vecshm adds it to what the server preloads
+(:func:`vecshm.start_methods.preload_in_forkserver`). The owner's folder (``/tmp/pymp-*``) holds
+the server's socket. multiprocessing removes it when the owner exits, which SIGKILL skips. While
+the owner's workers run, their guards remove it (:mod:`vecshm.guard`). An owner killed after it
+closed its vec envs has no worker left to do that: a Ray actor that RLlib stops closes its env,
+then is killed, and left a folder each time. Its forkserver outlives it until it reads that the
+owner is gone, then exits normally, and removes the folder here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+
+__all__: list[str] = []
+
+
+def _remove_the_folder_of_a_dead_owner(owner: int, server: int) -> None:
+    from multiprocessing import forkserver
+
+    if os.getpid() != server or os.getppid() == owner:
+        return  # a process forked from the server, or the owner lives on (the folder is its own)
+    address = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_address", None)
+    folder = os.path.dirname(address) if isinstance(address, str) else ""
+    if os.path.basename(folder).startswith("pymp-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(_remove_the_folder_of_a_dead_owner, os.getppid(), os.getpid())

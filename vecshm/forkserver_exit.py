@@ -4,9 +4,10 @@ Only multiprocessing's forkserver imports this module: vecshm adds it to what th
 (:func:`vecshm.start_methods.preload_in_forkserver`). The owner's folder (``/tmp/pymp-*``) holds
 the server's socket. multiprocessing removes it when the owner exits, which SIGKILL skips. While
 the owner's workers run, their guards remove it (:mod:`vecshm.guard`). An owner killed after it
-closed its vec envs has no worker left to do that: a Ray actor that RLlib stops closes its env,
-then is killed, and left a folder each time. Its forkserver outlives it until it reads that the
-owner is gone, then exits normally, and removes the folder here.
+closed its vec envs has no worker left to do that. Its forkserver outlives it until it reads that
+the owner is gone, then exits normally, and removes the folder here. Not under Ray: Ray kills an
+actor's child processes with it (``RAY_kill_child_processes_on_worker_exit``), this server among
+them, so an RLlib env runner stopped with ``ray.kill`` still leaves its folder.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import pathlib
+import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -278,6 +279,29 @@ class LoadWitness:
 def _witness_loaded(folder: str) -> LoadWitness:
     pathlib.Path(folder, str(os.getpid())).touch()
     return LoadWitness(folder)
+
+
+def step_with_a_ctrl_c_before_its_wait(envs: Any, actions: Any) -> None:
+    """``envs.step(actions)``, with a Ctrl-C that lands as ``step`` calls ``step_wait``: the actions
+    are sent, and the step is left in flight."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    envs.step_wait = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(actions)
+    finally:
+        del envs.step_wait
+
+
+def closes_within(envs: Any, seconds: float) -> bool:
+    """Whether ``envs.close()`` returns within ``seconds`` (if not, it goes on in a daemon thread)."""
+    closer = threading.Thread(target=envs.close, daemon=True)
+    closer.start()
+    closer.join(seconds)
+    return not closer.is_alive()
 
 
 def env_by_env(infos: list[dict]) -> dict:

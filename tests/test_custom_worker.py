@@ -15,7 +15,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import assert_tree_equal, process_alive, wait_gone
+from conftest import (
+    HANG_GUARD_SECONDS,
+    assert_tree_equal,
+    closes_within,
+    process_alive,
+    step_with_a_ctrl_c_before_its_wait,
+    wait_gone,
+)
 from dropin_envs import EchoEnv, reward_doubling_worker
 from faulty_envs import faulty
 from gymnasium.vector import AsyncVectorEnv
@@ -164,3 +171,15 @@ def test_ctrl_c_while_custom_workers_hang_then_close_ends_them():
     out, err = parent.communicate(timeout=120)
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
+
+
+def test_a_ctrl_c_between_a_steps_send_and_its_wait_does_not_make_close_wait_for_it(no_leaks):
+    """A Ctrl-C can land inside ``step()`` after ``step_async`` returned and before ``step_wait``
+    began: the step is still pending, every env hangs in it, and close() must not wait for it."""
+    envs = ShmVectorEnv([faulty("hang", fail_at=2)] * 3, worker=reward_doubling_worker)
+    envs.reset(seed=0)
+    envs.step(np.zeros(3, dtype=np.int64))
+    pids = [p.pid for p in envs.processes]
+    step_with_a_ctrl_c_before_its_wait(envs, np.zeros(3, dtype=np.int64))  # every env hangs in this step
+    assert closes_within(envs, HANG_GUARD_SECONDS), "close() waits for the interrupted step, which never ends"
+    assert wait_gone(pids, 30) == []

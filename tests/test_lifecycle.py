@@ -11,10 +11,11 @@ import termios
 import textwrap
 import time
 
+import numpy as np
 import psutil
 import pytest
-from conftest import wait_gone
-from faulty_envs import healthy
+from conftest import HANG_GUARD_SECONDS, closes_within, step_with_a_ctrl_c_before_its_wait, wait_gone
+from faulty_envs import faulty, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv
 from vecshm.pool import CLOSE_GRACE_SECONDS, WorkerPool, _ctrl_c_after_the_starts
@@ -279,6 +280,19 @@ def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
+
+
+def test_a_ctrl_c_between_a_steps_send_and_its_wait_does_not_make_close_wait_for_it(no_leaks):
+    """A Ctrl-C can land inside ``step()`` after ``step_async`` returned and before ``step_wait``
+    began: the step is still in flight, every env hangs in it, and close() must not wait for it
+    (``AsyncVectorEnv``'s close waits for a pending step; ``ShmVecEnv``'s never did)."""
+    envs = ShmVectorEnv([faulty("hang", fail_at=2)] * 3)
+    envs.reset()
+    envs.step(np.zeros(3, dtype=np.int64))
+    pids = [p.pid for p in envs._engine.pool.processes]
+    step_with_a_ctrl_c_before_its_wait(envs, np.zeros(3, dtype=np.int64))  # every env hangs in this step
+    assert closes_within(envs, HANG_GUARD_SECONDS), "close() waits for the interrupted step, which never ends"
+    assert wait_gone(pids, 30) == []
 
 
 CONSTRUCTING_PARENT_SCRIPT = textwrap.dedent(

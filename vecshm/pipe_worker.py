@@ -186,6 +186,22 @@ def _naming_dead_workers(method: Callable[..., Any]) -> Callable[..., Any]:
     return calling
 
 
+def _marking_interrupts(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of ``AsyncVectorEnv`` (one that calls a ``*_async`` and then its ``*_wait``), with
+    a Ctrl-C anywhere inside it marking the vec env interrupted: one that lands between the two
+    calls leaves a call pending, which ``close()`` would otherwise wait for."""
+
+    @functools.wraps(method)
+    def calling(self: ShmVectorEnvOnPipes, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
+
+    return calling
+
+
 # Every AsyncVectorEnv method that writes to or reads from the workers' pipes (the others go through these).
 for _name in (
     "reset_async",
@@ -198,3 +214,5 @@ for _name in (
     "_check_spaces",
 ):
     setattr(ShmVectorEnvOnPipes, _name, _naming_dead_workers(getattr(AsyncVectorEnv, _name)))
+for _name in ("reset", "step", "call"):  # get_attr and render go through call
+    setattr(ShmVectorEnvOnPipes, _name, _marking_interrupts(getattr(AsyncVectorEnv, _name)))

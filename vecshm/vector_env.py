@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from typing import Any, NoReturn
 
@@ -159,8 +160,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     # -- reset ------------------------------------------------------------------------------------
 
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
+        with self._nothing_pending_after_ctrl_c():
+            self.reset_async(seed=seed, options=options)
+            return self.reset_wait()
 
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         self._assert_is_running()
@@ -193,8 +195,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     # -- step -------------------------------------------------------------------------------------
 
     def step(self, actions: Any):
-        self.step_async(actions)
-        return self.step_wait()
+        with self._nothing_pending_after_ctrl_c():
+            self.step_async(actions)
+            return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
@@ -262,8 +265,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     # -- calls ------------------------------------------------------------------------------------
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
+        with self._nothing_pending_after_ctrl_c():
+            self.call_async(name, *args, **kwargs)
+            return self.call_wait()
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._assert_is_running()
@@ -340,6 +344,18 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             self.close(terminate=True)
 
     # -- state checks -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _nothing_pending_after_ctrl_c(self) -> Iterator[None]:
+        """For ``reset``, ``step`` and ``call``, each a ``*_async`` then its ``*_wait``: a Ctrl-C that
+        lands between the two leaves the call pending, and close() would wait for it (forever, on an
+        env that hangs). It ends in the default state instead, as one inside ``*_wait`` does, and
+        close() shuts the workers down without waiting."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self._state = _State.DEFAULT
+            raise
 
     def _assert_is_running(self) -> None:
         if self.closed:

@@ -7,21 +7,32 @@ BIN := $(VENV)/bin
 RLLIB_VENV ?= .venv-rllib
 RLLIB_BIN := $(RLLIB_VENV)/bin
 
-.PHONY: install install-rllib test test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
+# Each venv is installed once (a stamp file in it), again only when pyproject.toml changes: the
+# project is installed editable, so code changes need nothing. `make clean` starts over.
+INSTALLED := $(VENV)/.vecshm-installed
+RLLIB_INSTALLED := $(RLLIB_VENV)/.vecshm-installed
+
+.PHONY: install install-rllib test test-suite test-portable test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-install: $(BIN)/python  ## the project, SB3 (CPU torch first), Atari, video, plots and test tools
+install: $(INSTALLED)  ## the project, SB3 (CPU torch first), Atari, video, plots and test tools
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e '.[dev]'
+	touch $@
 
-install-rllib: install  ## a second venv with vecshm[rllib] (RLlib and the Gymnasium it pins) over the first one's packages
+install-rllib: $(RLLIB_INSTALLED)  ## a second venv with vecshm[rllib] (RLlib and the Gymnasium it pins) over the first one's packages
+
+$(RLLIB_INSTALLED): $(INSTALLED)
 	test -x $(RLLIB_BIN)/python || $(PYTHON) -m venv $(RLLIB_VENV)
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 		"$$($(RLLIB_BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_vecshm_main_venv.pth"
 	$(RLLIB_BIN)/pip install -q -e '.[rllib]'
+	touch $@
 
 # The tests whose subject is the transport, again on the portable one (the one macOS and Windows
 # take): segments created, attached and freed (test_lifecycle.py), wake-ups and deaths seen
@@ -33,19 +44,32 @@ TRANSPORT_TESTS := tests/test_lifecycle.py tests/test_errors.py tests/test_async
 # in the SB3 stage before.
 RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method or test_vec_env_is_wrapped)
 
-test: install  ## the README's test command: the suite, the transport's tests on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
-	$(BIN)/python -m pytest -q
-	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(TRANSPORT_TESTS)
+# The README's test command. vecshm's suite runs beside the RLlib venv's install and then the
+# transport's tests on the portable path, each printed when it ends: alone, the portable stage
+# kept 2 cores 64% busy, so the pair takes little longer than the suite. The other projects'
+# suites follow one at a time: they kept 2 cores 86-91% busy, and beside the suite both slowed
+# about as much as they gained. The leak checks tell the two apart: a /dev/shm entry that a live
+# process outside the test's own tree has mapped is not counted (tests/conftest.py, shm_entries_left).
+test: install  ## the README's test command: the suite, the transport's tests again on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite install-rllib test-portable
 	$(BIN)/python tests/sb3_suite/run.py
 	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"
-	$(MAKE) test-rllib
+	$(RLLIB_TESTS)
+
+test-suite: install  ## vecshm's test suite
+	$(BIN)/python -m pytest -q
+
+test-portable: install  ## the transport's tests on the portable path
+	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(TRANSPORT_TESTS)
 
 # RLlib on vecshm (its tests and the docs' RLlib examples), and the Gymnasium-facade tests whose
 # behaviour follows the installed Gymnasium's version (its errors, warnings and call checks) again
 # on the Gymnasium RLlib pins.
+RLLIB_TESTS = $(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_dropin.py tests/test_call_sequences.py tests/test_docs.py -k "not test_docs or rllib"
+
 test-rllib: install-rllib  ## RLlib on vecshm, and the version-following Gymnasium-facade tests again on RLlib's Gymnasium
-	$(RLLIB_BIN)/python -m pytest -q tests/test_rllib.py tests/test_dropin.py tests/test_call_sequences.py tests/test_docs.py -k "not test_docs or rllib"
+	$(RLLIB_TESTS)
 
 lint:  ## ruff lint and format check
 	$(BIN)/ruff check vecshm tests benchmarks examples

@@ -326,18 +326,53 @@ def no_leaks():
     Any descriptor of a vecshm segment counts; others may grow by two (the forkserver's, once)."""
     me = psutil.Process()
     freeze_what_lives()
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    shm_before = shm_entries()
     fds_before = me.num_fds()
     segments_before = segment_descriptors()
     yield
     children = [c for c in me.children(recursive=True) if process_alive(c.pid) and not _is_mp_helper(c)]
     assert not children, f"child processes left behind: {children}"
-    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    assert shm_after <= shm_before, f"/dev/shm entries left behind: {shm_after - shm_before}"
+    shm_left = shm_entries_left(shm_before)
+    assert not shm_left, f"/dev/shm entries left behind: {shm_left}"
     gc.collect()  # arrays of the test's own that still view a segment hold its descriptor
     left = segment_descriptors() - segments_before
     assert not left, f"descriptors of vecshm segments left open: {sorted(left)}"
     assert me.num_fds() <= fds_before + 2, f"file descriptors grew from {fds_before} to {me.num_fds()}"
+
+
+def shm_entries() -> set[str]:
+    """The names in ``/dev/shm``."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def shm_entries_left(before: set[str]) -> set[str]:
+    """The ``/dev/shm`` entries made since ``before`` that are still there, less those that a live
+    process outside this one's tree has mapped.
+
+    ``make test`` runs two lanes of tests at once, and the other lane's segments and semaphores
+    (``sem.mp-*``, multiprocessing's) are not this test's to leave. A new entry that only this
+    process's tree maps, or no process at all, counts. Mappings are matched by inode: glibc maps a
+    semaphore under a temporary name before it links it under its own. The listing is taken again
+    after the mappings are read: an entry the other lane removed meanwhile was not left either."""
+    new = {name: _inode(name) for name in shm_entries() - before}
+    if not new:
+        return set()
+    ours = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    elsewhere: set[int] = set()
+    for pid in set(psutil.pids()) - ours:
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                elsewhere.update(int(line.split()[4]) for line in maps if " /dev/shm/" in line)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            pass
+    return {name for name, inode in new.items() if inode not in elsewhere} & shm_entries()
+
+
+def _inode(name: str) -> int | None:
+    try:
+        return os.stat(os.path.join("/dev/shm", name)).st_ino
+    except OSError:  # removed meanwhile
+        return None
 
 
 def segment_descriptors() -> set[tuple[int, int]]:

@@ -14,7 +14,14 @@ import time
 import numpy as np
 import psutil
 import pytest
-from conftest import HANG_GUARD_SECONDS, closes_within, step_with_a_ctrl_c_before_its_wait, wait_gone
+from conftest import (
+    HANG_GUARD_SECONDS,
+    closes_within,
+    shm_entries,
+    shm_entries_left,
+    step_with_a_ctrl_c_before_its_wait,
+    wait_gone,
+)
 from faulty_envs import faulty, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv
@@ -81,10 +88,6 @@ def start_parent(method: str, script: str = PARENT_SCRIPT) -> tuple[subprocess.P
     return parent, [int(p) for p in line.split()]
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_workers_exit_when_the_parent_is_killed(method):
@@ -94,7 +97,7 @@ def test_workers_exit_when_the_parent_is_killed(method):
     parent.wait()
     # the envs are stuck inside step(): the workers must still end, within a few seconds
     assert wait_gone(workers, 20) == []
-    assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
+    assert shm_entries_left(before) == set()
 
 
 GIL_PARENT_SCRIPT = textwrap.dedent(
@@ -269,7 +272,7 @@ def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     assert wait_gone(workers, 20) == []
-    assert shm_entries() <= before
+    assert shm_entries_left(before) == set()
 
 
 @pytest.mark.timeout(180)
@@ -381,7 +384,7 @@ def test_ctrl_c_during_an_async_recv_is_a_clean_keyboard_interrupt():
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
-    assert shm_entries() <= before
+    assert shm_entries_left(before) == set()
 
 
 @pytest.mark.timeout(180)
@@ -391,7 +394,7 @@ def test_workers_exit_when_the_parent_is_killed_during_an_async_recv():
     parent.kill()
     parent.wait()
     assert wait_gone(workers, 20) == []
-    assert shm_entries() <= before, f"/dev/shm entries left: {shm_entries() - before}"
+    assert shm_entries_left(before) == set()
 
 
 FORKED_CHILD_SCRIPT = textwrap.dedent(
@@ -478,15 +481,13 @@ def test_a_portable_segment_takes_its_dev_shm_space_at_creation_or_is_a_clear_er
     """A /dev/shm smaller than the segment (Docker's default 64 MiB) would otherwise kill with SIGBUS
     whichever process first writes past its free space, long after the constructor returned."""
     import errno
-    import shutil
 
     from vecshm.memory import NamedSegment
 
     size = 16 * 2**20
-    before = shutil.disk_usage("/dev/shm").used
     segment = NamedSegment(size)
     try:
-        assert shutil.disk_usage("/dev/shm").used - before >= size  # allocated, not just reserved by name
+        assert os.fstat(segment._shm._fd).st_blocks * 512 >= size  # allocated, not just reserved by name
     finally:
         segment.release_fd()
         segment.close()

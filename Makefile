@@ -12,7 +12,7 @@ RLLIB_BIN := $(RLLIB_VENV)/bin
 INSTALLED := $(VENV)/.vecshm-installed
 RLLIB_INSTALLED := $(RLLIB_VENV)/.vecshm-installed
 
-.PHONY: install install-rllib test test-suite test-portable test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
+.PHONY: install install-rllib test test-suite test-suite-1 test-suite-2 test-portable test-rllib lint format bench bench-pytest bench-full bench-train bench-ray clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,24 +44,36 @@ TRANSPORT_TESTS := tests/test_lifecycle.py tests/test_errors.py tests/test_async
 # in the SB3 stage before.
 RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method or test_vec_env_is_wrapped)
 
-# The README's test command. vecshm's suite runs beside the RLlib venv's install and then the
-# transport's tests on the portable path, each printed when it ends: alone, the portable stage
-# kept 2 cores 64% busy, so the pair takes little longer than the suite. The other projects'
-# suites follow one at a time: they kept 2 cores 86-91% busy, and beside the suite both slowed
-# about as much as they gained. The leak checks tell the two apart: a /dev/shm entry that a live
-# process outside the test's own tree has mapped is not counted (tests/conftest.py, shm_entries_left).
+# vecshm's suite in two halves for `make test`: the first has the tests that wait most (Ray
+# clusters, the docs' examples, killed parents, hung workers), the second every other file.
+SUITE_FIRST_HALF := tests/test_ray.py tests/test_docs.py tests/test_lifecycle.py tests/test_errors.py \
+	tests/test_affinity.py tests/test_bench_cli.py tests/test_custom_worker.py
+
+# The README's test command. The two halves of vecshm's suite run side by side, then the RLlib
+# venv's install and the transport's tests on the portable path take whichever side is free; each
+# is printed when it ends. Alone, three of the suite's files kept 2 cores 71% busy, the portable stage 64%. The
+# other projects' suites follow one at a time: they kept 2 cores 86-91% busy, and beside the suite
+# they slowed about as much as they gained. The leak checks tell the sides apart: a /dev/shm entry
+# that a live process outside the test's own tree has mapped is not counted (tests/conftest.py,
+# shm_entries_left).
 test: install  ## the README's test command: the suite, the transport's tests again on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite install-rllib test-portable
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite-1 test-suite-2 install-rllib test-portable
 	$(BIN)/python tests/sb3_suite/run.py
 	$(BIN)/python tests/sb3_suite/run.py --suite sb3-contrib  # sb3-contrib's tests that build vec envs (MaskablePPO on SubprocVecEnv, ...)
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"
 	$(RLLIB_TESTS)
 
-test-suite: install  ## vecshm's test suite
+test-suite: install  ## vecshm's test suite, in one run
 	$(BIN)/python -m pytest -q
 
+test-suite-1: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(SUITE_FIRST_HALF)
+
+test-suite-2: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(addprefix --ignore=,$(SUITE_FIRST_HALF))
+
 test-portable: install  ## the transport's tests on the portable path
-	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q $(TRANSPORT_TESTS)
+	VECSHM_TRANSPORT=portable $(BIN)/python -m pytest -q -p no:cacheprovider $(TRANSPORT_TESTS)
 
 # RLlib on vecshm (its tests and the docs' RLlib examples), and the Gymnasium-facade tests whose
 # behaviour follows the installed Gymnasium's version (its errors, warnings and call checks) again

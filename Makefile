@@ -51,11 +51,11 @@ SUITE_FIRST_HALF := tests/test_ray.py tests/test_docs.py tests/test_lifecycle.py
 
 # The README's test command. The two halves of vecshm's suite run side by side, then the RLlib
 # venv's install and the transport's tests on the portable path take whichever side is free; each
-# is printed when it ends. Alone, three of the suite's files kept 2 cores 71% busy, the portable stage 64%. The
-# other projects' suites follow one at a time: they kept 2 cores 86-91% busy, and beside the suite
-# they slowed about as much as they gained. The leak checks tell the sides apart: a /dev/shm entry
-# that a live process outside the test's own tree has mapped is not counted (tests/conftest.py,
-# shm_entries_left).
+# is printed when it ends. Alone, three of the suite's files kept 2 cores 71% busy, the portable
+# stage 64%. The other projects' suites follow one at a time: they kept 2 cores 86-91% busy, and
+# beside the suite they slowed about as much as they gained. The leak checks tell the sides apart:
+# a /dev/shm entry that a live process outside the test's own tree has mapped is not counted
+# (tests/conftest.py, shm_entries_left).
 test: install  ## the README's test command: the suite, the transport's tests again on the portable path, SB3's and sb3-contrib's own tests (SB3's also on RayVecEnv), RLlib
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite-1 test-suite-2 install-rllib test-portable
 	$(BIN)/python tests/sb3_suite/run.py

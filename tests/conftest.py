@@ -349,11 +349,11 @@ def shm_entries_left(before: set[str]) -> set[str]:
     """The ``/dev/shm`` entries made since ``before`` that are still there, less those that a live
     process outside this one's tree has mapped.
 
-    ``make test`` runs two lanes of tests at once, and the other lane's segments and semaphores
+    ``make test`` runs two pytest processes at once, and the other one's segments and semaphores
     (``sem.mp-*``, multiprocessing's) are not this test's to leave. A new entry that only this
     process's tree maps, or no process at all, counts. Mappings are matched by inode: glibc maps a
     semaphore under a temporary name before it links it under its own. The listing is taken again
-    after the mappings are read: an entry the other lane removed meanwhile was not left either."""
+    after the mappings are read: an entry the other one removed meanwhile was not left either."""
     new = {name: _inode(name) for name in shm_entries() - before}
     if not new:
         return set()

@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import pathlib
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -24,6 +25,15 @@ from gymnasium.vector.utils import iterate
 # workers (3.7 s for 4 envs here). The forkserver imports them once instead, as vecshm has it do for
 # its own worker module (vecshm.start_methods.preload_in_forkserver). Only start-up time changes.
 multiprocessing.set_forkserver_preload(["__main__", "stable_baselines3.common.vec_env.subproc_vec_env"])
+
+# The Ctrl-C tests interrupt this process, or scripts it starts, and expect what a terminal gives
+# a foreground job: Python's KeyboardInterrupt handler. Python installs it only where SIGINT is not
+# ignored at start-up, and a shell ignores SIGINT in what it starts in the background (`make test
+# &`, `nohup`), as do the scripts started from there: those tests then waited for an interrupt
+# that never came (their 120 s limit). A handler, unlike an ignored signal, is reset by exec, so
+# the scripts start as from a terminal too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Worker processes on a loaded 2-core CI machine can be slow to start; no test relies on timing,
 # these only bound how long a broken build may hang.

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import pathlib
 import signal
+import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -440,6 +441,27 @@ def wait_gone(pids: list[int], seconds: float) -> list[int]:
             return []
         time.sleep(0.05)  # polling an external process table: no event to wait on
     return [p for p in pids if process_alive(p)]
+
+
+def output_after_ctrl_c(script: subprocess.Popen, seconds: float = 120) -> tuple[str, str]:
+    """Send a script started with ``subprocess.PIPE`` output a Ctrl-C; its stdout and stderr once
+    it exits. One still running after ``seconds`` fails the test, killed first with every process
+    under it: left running, its workers failed the leak check of every test after it."""
+    script.send_signal(signal.SIGINT)
+    try:
+        return script.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        try:
+            tree = [psutil.Process(script.pid), *psutil.Process(script.pid).children(recursive=True)]
+        except psutil.Error:
+            tree = []
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        out, err = script.communicate()
+        pytest.fail(f"the script was still running {seconds} s after its Ctrl-C; its output: {out!r} {err!r}")
 
 
 def process_alive(pid: int) -> bool:

@@ -19,6 +19,7 @@ from conftest import (
     HANG_GUARD_SECONDS,
     assert_tree_equal,
     closes_within,
+    output_after_ctrl_c,
     process_alive,
     step_with_a_ctrl_c_before_its_wait,
     wait_gone,
@@ -167,8 +168,7 @@ def test_custom_workers_exit_when_the_parent_is_killed_with_their_envs_stuck_in_
 def test_ctrl_c_while_custom_workers_hang_then_close_ends_them():
     """AsyncVectorEnv's close() would wait for the interrupted step, which never ends."""
     parent, workers = start_parent("fork", PARENT_SCRIPT)
-    parent.send_signal(signal.SIGINT)
-    out, err = parent.communicate(timeout=120)
+    out, err = output_after_ctrl_c(parent)
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
 

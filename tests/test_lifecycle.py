@@ -17,6 +17,7 @@ import pytest
 from conftest import (
     HANG_GUARD_SECONDS,
     closes_within,
+    output_after_ctrl_c,
     shm_entries,
     shm_entries_left,
     step_with_a_ctrl_c_before_its_wait,
@@ -278,8 +279,7 @@ def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
 @pytest.mark.timeout(180)
 def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     parent, workers = start_parent("forkserver")
-    parent.send_signal(signal.SIGINT)
-    out, err = parent.communicate(timeout=120)
+    out, err = output_after_ctrl_c(parent)
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
@@ -323,8 +323,7 @@ def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     workers = [int(parent.stdout.readline().split()[-1]) for _ in range(2)]  # both constructors have started
     interrupted = time.monotonic()
-    parent.send_signal(signal.SIGINT)
-    out, err = parent.communicate(timeout=120)
+    out, err = output_after_ctrl_c(parent)
     assert "interrupted" in out, err
     assert time.monotonic() - interrupted < CLOSE_GRACE_SECONDS
     assert wait_gone(workers, 30) == []
@@ -379,8 +378,7 @@ def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():
 def test_ctrl_c_during_an_async_recv_is_a_clean_keyboard_interrupt():
     before = shm_entries()
     parent, workers = start_parent("forkserver", ASYNC_PARENT_SCRIPT)
-    parent.send_signal(signal.SIGINT)
-    out, err = parent.communicate(timeout=120)
+    out, err = output_after_ctrl_c(parent)
     assert "interrupted-and-closed" in out, err
     assert wait_gone(workers, 30) == []
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"

@@ -103,14 +103,33 @@ class LockedFactory:
         return gym.make(self.env_id)
 
 
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(3600)"]
+# starts SLEEPER in a session of its own (holding none of the launcher's output open, which
+# would keep subprocess.run waiting), prints its pid and exits: SLEEPER goes to init
+DAEMON_LAUNCHER = [
+    sys.executable,
+    "-c",
+    "import subprocess; print(subprocess.Popen("
+    f"{SLEEPER!r}, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)",
+]
+
+
 class SpawningEnv(FaultyEnv):
     """An env that starts a process of its own (a simulator, say) and never stops it: its
-    ``close()`` is gymnasium's, which does nothing. ``child_pid`` names that process."""
+    ``close()`` is gymnasium's, which does nothing. ``child_pid`` names that process.
 
-    def __init__(self, fault: str = "none", fail_at: int = 3) -> None:
+    ``detached``: ``"session"`` starts it in a session of its own (``start_new_session=True``, as
+    launchers of simulators do so that the terminal's Ctrl-C does not reach them), out of the
+    worker's process group; ``"daemon"`` has a launcher start it so and exit, so that it is not
+    even the worker's child."""
+
+    def __init__(self, fault: str = "none", fail_at: int = 3, detached: str | None = None) -> None:
         super().__init__(fault, fail_at)
-        self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-        self.child_pid = self.child.pid
+        if detached == "daemon":
+            self.child_pid = int(subprocess.run(DAEMON_LAUNCHER, capture_output=True, text=True, check=True).stdout)
+        else:
+            self.child = subprocess.Popen(SLEEPER, start_new_session=detached == "session")
+            self.child_pid = self.child.pid
 
 
 def spawning(fault: str = "none", **kwargs):

@@ -370,11 +370,14 @@ def test_hung_env_times_out_and_close_terminates_it(no_leaks):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
 @pytest.mark.parametrize("ending", ["close", "hung step"])
-def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, no_leaks):
+@pytest.mark.parametrize("detached", [None, "session", "daemon"])
+def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, detached, no_leaks):
     """An env's own processes (a simulator it never stops) end at close(), also when its worker is
-    terminated in the middle of a step: once a worker is gone they would belong to init."""
+    terminated in the middle of a step: once a worker is gone they would belong to init. So do
+    those in a session of their own, and those a launcher left to init."""
     fault = "hang" if ending == "hung step" else "none"
-    envs = cls([spawning(fault, fail_at=2)] + [spawning()] * 2, envs_per_worker=2, step_timeout=2.0)
+    factories = [spawning(fault, fail_at=2, detached=detached)] + [spawning(detached=detached)] * 2
+    envs = cls(factories, envs_per_worker=2, step_timeout=2.0)
     spawned = envs.get_attr("child_pid")
     assert all(process_alive(pid) for pid in spawned)
     envs.reset()
@@ -388,10 +391,12 @@ def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, no_leaks):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
-def test_processes_an_env_started_end_when_its_worker_dies(cls, no_leaks):
+@pytest.mark.parametrize("detached", [None, "session", "daemon"])
+def test_processes_an_env_started_end_when_its_worker_dies(cls, detached, no_leaks):
     """A worker killed from outside leaves what its envs started to its guard (vecshm.guard),
-    which ends it at once; before, it went to init and outlived the vec env."""
-    envs = cls([spawning()] * 4, envs_per_worker=2)
+    which ends it at once; before, it went to init and outlived the vec env. Those in a session
+    of their own, or left to init by a launcher, too."""
+    envs = cls([spawning(detached=detached)] * 4, envs_per_worker=2)
     spawned = envs.get_attr("child_pid")
     os.kill(envs._engine.pool.processes[0].pid, signal.SIGKILL)
     assert wait_gone(spawned[:2], 20) == []

@@ -8,17 +8,22 @@ Two endings escaped the worker's own defences (see :func:`vecshm.worker.exit_wit
   by the parent-death signal, a crash or a kill: nothing alive knew of them.
 
 So each worker leads a process group of its own, which the processes its envs start join, and
-forks a guard before it builds any env. The guard waits, in a process of its own, for the owner or
-the worker to die, or for the worker to say it is exiting. Then it kills the worker if the owner
-died, and ends the rest of the group: SIGTERM, then SIGKILL after ``GRACE_SECONDS``.
-multiprocessing's own helpers (an env's resource tracker or forkserver) are left to end by
-themselves, after cleaning up after it. If the owner died, the guard also removes the owner's
-multiprocessing folder (``/tmp/pymp-*``, its forkserver's socket), which the owner's exit handler
-would have removed. A worker that exits normally waits for its guard, so the
-guard is reaped; one that dies leaves it to init.
+forks a guard before it builds any env. What leaves the group (a simulator started in a session of
+its own, ``start_new_session=True``, so that the terminal's Ctrl-C does not reach it; a daemon
+that detaches, and goes to init at once) is found by a mark: the worker puts ``VECSHM_WORKER`` in
+its environment, which every program its envs start inherits, and which no other process carries.
 
-What leaves the group (``setsid``, a daemon that detaches) is out of the guard's reach; ``close()``
-still ends those while their worker lives (see :meth:`vecshm.pool.WorkerPool.shutdown`).
+The guard waits, in a process of its own, for the owner or the worker to die, or for the worker
+to say it is exiting. Then it kills the worker if the owner died, and ends the rest of the group
+and what carries the mark: SIGTERM, then SIGKILL after ``GRACE_SECONDS``. multiprocessing's own
+helpers (an env's resource tracker or forkserver) are left to end by themselves, after cleaning up
+after it. If the owner died, the guard also removes the owner's multiprocessing folder
+(``/tmp/pymp-*``, its forkserver's socket), which the owner's exit handler would have removed. A
+worker that exits normally waits for its guard, so the guard is reaped; one that dies leaves it
+to init.
+
+Out of reach: what leaves the group and is started with an environment of its own making
+(``env=``, without the mark), or forks without starting a program and leaves the group.
 """
 
 from __future__ import annotations
@@ -41,12 +46,16 @@ __all__ = [
     "still_running",
     "alive",
     "is_mp_helper",
+    "worker_mark",
+    "mark_of",
     "GUARD_NAME",
+    "MARK_VARIABLE",
 ]
 
 GRACE_SECONDS = 1.0  # SIGTERM, then this long, then SIGKILL
 POLL_SECONDS = 0.2  # where the kernel gives no process descriptors to wait on
 GUARD_NAME = "vecshm-guard"  # the guard's name in the process table (Linux)
+MARK_VARIABLE = "VECSHM_WORKER"  # in the environment of what a worker's envs start (worker_mark)
 PR_SET_NAME = 15
 # Why the guard wakes: the byte the worker sends on its pipe, or a death.
 CLEANED_UP = b"c"  # the worker was asked to close: its owner ends what the envs left
@@ -72,10 +81,46 @@ class Guard:
             pass
 
 
-def start_guard(owner_pid: int, owner_tempdir: str | None = None) -> Guard | None:
-    """Make this worker a process group's leader and fork its guard; None where there is no
-    ``fork`` (Windows). Call it while the process has one thread. ``owner_tempdir``: the owner's
-    multiprocessing folder, removed if the owner dies (its own exit handler would have)."""
+def worker_mark(pool_mark: str, worker_pid: int) -> str:
+    """The value of ``MARK_VARIABLE`` in what the worker ``worker_pid`` of a pool starts: the
+    pool's random ``pool_mark`` and the pid, so that each worker's guard ends its own envs' alone
+    (a restarted worker's envs keep theirs) and nothing from another program matches."""
+    return f"{pool_mark}.{worker_pid}"
+
+
+def mark_of(pid: int) -> str | None:
+    """The ``MARK_VARIABLE`` that process ``pid`` started with (:func:`worker_mark`), if any.
+
+    A process's own changes after it started do not show: the worker that set the mark does not
+    carry it, what it starts does. Another user's processes cannot be read, and carry none."""
+    prefix = f"{MARK_VARIABLE}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            environ = file.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):  # gone meanwhile
+            return None
+        try:  # no /proc (macOS)
+            return psutil.Process(pid).environ().get(MARK_VARIABLE)
+        except (psutil.Error, OSError):
+            return None
+    except OSError:
+        return None
+    if prefix not in environ:  # most processes: no need to split
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def start_guard(owner_pid: int, owner_tempdir: str | None = None, mark: str | None = None) -> Guard | None:
+    """Make this worker a process group's leader, put ``mark`` (:func:`worker_mark`) in its
+    environment, and fork its guard; None where there is no ``fork`` (Windows). Call it while the
+    process has one thread. ``owner_tempdir``: the owner's multiprocessing folder, removed if the
+    owner dies (its own exit handler would have)."""
+    if mark is not None:
+        os.environ[MARK_VARIABLE] = mark
     if not hasattr(os, "fork") or not hasattr(os, "setpgid"):
         return None
     # Out of the terminal's foreground group, a write to it would stop the worker (SIGTTOU, under
@@ -94,12 +139,12 @@ def start_guard(owner_pid: int, owner_tempdir: str | None = None) -> Guard | Non
         os.close(read_end)
         return Guard(pid, bell)
     try:  # the guard: nothing here may return into the worker's code
-        _guard(owner_pid, owner_tempdir, worker, read_end)
+        _guard(owner_pid, owner_tempdir, worker, read_end, mark)
     finally:
         os._exit(0)
 
 
-def _guard(owner_pid: int, owner_tempdir: str | None, worker: int, stop: int) -> None:
+def _guard(owner_pid: int, owner_tempdir: str | None, worker: int, stop: int, mark: str | None) -> None:
     os.setpgid(0, 0)  # out of the worker's group, which it ends
     _name_self()
     # the worker's sockets and sentinel pipe: its death must show at once
@@ -114,7 +159,7 @@ def _guard(owner_pid: int, owner_tempdir: str | None, worker: int, stop: int) ->
             os.kill(worker, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    end_group(worker, spare=worker)
+    end_group(worker, spare=worker, mark=mark)
     if ended == OWNER_DIED and owner_tempdir and os.path.basename(owner_tempdir).startswith("pymp-"):
         shutil.rmtree(owner_tempdir, ignore_errors=True)  # every guard of the owner may: the first wins
 
@@ -164,11 +209,11 @@ def _wait(owner_pid: int, worker: int, stop: int) -> bytes:
     return WORKER_DIED
 
 
-def end_group(group: int, spare: int, grace: float = GRACE_SECONDS) -> None:
-    """End every process of process group ``group`` but ``spare`` and multiprocessing's helpers:
-    SIGTERM, then SIGKILL to those still running after ``grace`` seconds."""
-    terminate_then_kill(_members(group, spare), grace)
-    for process in _members(group, spare):  # any started meanwhile
+def end_group(group: int, spare: int, mark: str | None = None, grace: float = GRACE_SECONDS) -> None:
+    """End every process of process group ``group``, or that carries ``mark``, but ``spare`` and
+    multiprocessing's helpers: SIGTERM, then SIGKILL to those still running after ``grace`` seconds."""
+    terminate_then_kill(_members(group, spare, mark), grace)
+    for process in _members(group, spare, mark):  # any started meanwhile
         _signal(process, signal.SIGKILL)
 
 
@@ -194,12 +239,13 @@ def still_running(processes: Sequence[psutil.Process], timeout: float) -> list[p
         time.sleep(0.01)  # not our children: no exit to wait on, only the process table to read
 
 
-def _members(group: int, spare: int) -> list[psutil.Process]:
-    """The running processes of ``group`` but ``spare`` and multiprocessing's helpers."""
+def _members(group: int, spare: int, mark: str | None) -> list[psutil.Process]:
+    """The running processes of ``group``, or that carry ``mark``, but ``spare``, this process
+    and multiprocessing's helpers."""
     found = []
     for pid in psutil.pids():
         try:
-            if pid == spare or os.getpgid(pid) != group:
+            if pid in (spare, os.getpid()) or (os.getpgid(pid) != group and (mark is None or mark_of(pid) != mark)):
                 continue
             process = psutil.Process(pid)
         except (OSError, psutil.Error):  # gone meanwhile

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -29,7 +30,7 @@ import psutil
 
 from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
-from vecshm.guard import GUARD_NAME, is_mp_helper, terminate_then_kill
+from vecshm.guard import GUARD_NAME, is_mp_helper, mark_of, terminate_then_kill, worker_mark
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import factories_by_value
 from vecshm.protocol import AutoReset, Command, Phase, receive_addressed
@@ -115,6 +116,7 @@ class WorkerPool:
         where = f"a {method} worker process"
         payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in self.process_slices]
         tempdir = _own_temp_dir() if method == "forkserver" else None
+        self.mark = secrets.token_hex(8)  # what the envs start carries it (vecshm.guard.worker_mark)
         self.specs = [
             WorkerSpec(
                 index=p,
@@ -130,6 +132,7 @@ class WorkerPool:
                 parent_pid=self.owner_pid,
                 registry=registry,
                 owner_tempdir=tempdir,
+                pool_mark=self.mark,
                 lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
             )
             for p, (start, _) in enumerate(self.process_slices)
@@ -409,11 +412,21 @@ class WorkerPool:
 
     def _spawned_by_envs(self) -> list[psutil.Process]:
         """The processes the envs started (a simulator, a server), found before the workers exit:
-        once a worker is gone they belong to init, and nothing would end them. multiprocessing's
-        own helpers (a worker's resource tracker or forkserver) are left out: they end by
-        themselves when their worker does, after cleaning up after it."""
+        once a worker is gone they belong to init, and nothing would end them. Those are the
+        workers' descendants, and what carries a worker's mark (started in a session of its own
+        by a launcher that exited: init's already; see vecshm.guard). multiprocessing's own helpers
+        (a worker's resource tracker or forkserver) are left out: they end by themselves when
+        their worker does, after cleaning up after it."""
         workers = [process.pid for process in self.processes if process is not None and process.exitcode is None]
-        return [p for p in _descendants(workers) if not (is_mp_helper(p) or _is_guard(p))] if workers else []
+        if not workers:
+            return []
+        marks = {worker_mark(self.mark, pid) for pid in workers}
+        found = {p.pid: p for p in _descendants(workers)}
+        for pid in psutil.pids():
+            if pid not in found and mark_of(pid) in marks:
+                with contextlib.suppress(psutil.Error):
+                    found[pid] = psutil.Process(pid)
+        return [p for p in found.values() if not (is_mp_helper(p) or _is_guard(p))]
 
     def _reap(self) -> None:
         """Join within a grace period (the stuck workers terminated at once); terminate, then kill,

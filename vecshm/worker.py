@@ -29,7 +29,7 @@ import psutil
 from vecshm.affinity import apply_worker_settings
 from vecshm.buffers import NO_ENV, Buffers, BufferSpec
 from vecshm.errors import RemoteError
-from vecshm.guard import alive, start_guard
+from vecshm.guard import alive, start_guard, worker_mark
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
 from vecshm.protocol import AutoReset, Command, Phase, receive_addressed
@@ -63,6 +63,7 @@ class WorkerSpec:
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.registry)
     claims: UnitPipe | None = None  # free units of the async ring (see vecshm.ring)
     owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
+    pool_mark: str | None = None  # marks what the envs start (vecshm.guard.worker_mark)
     # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
     # (one, all its envs, unless each env takes its own commands; see vecshm.engine)
     lanes: list[tuple[int, int, int]] = field(default_factory=list)
@@ -91,7 +92,8 @@ def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a worker process."""
     # Ctrl-C is the parent's to handle (it may reach a worker before it leaves the group below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    guard = start_guard(spec.parent_pid, spec.owner_tempdir)  # first: while this process has one thread
+    mark = None if spec.pool_mark is None else worker_mark(spec.pool_mark, os.getpid())
+    guard = start_guard(spec.parent_pid, spec.owner_tempdir, mark)  # first: while this process has one thread
     closed = False
     try:
         closed = _run(spec)

@@ -421,12 +421,7 @@ class WorkerPool:
         if not workers:
             return []
         marks = {worker_mark(self.mark, pid) for pid in workers}
-        found = {p.pid: p for p in _descendants(workers)}
-        for pid in psutil.pids():
-            if pid not in found and mark_of(pid) in marks:
-                with contextlib.suppress(psutil.Error):
-                    found[pid] = psutil.Process(pid)
-        return [p for p in found.values() if not (is_mp_helper(p) or _is_guard(p))]
+        return [p for p in _descendants_or_marked(workers, marks) if not (is_mp_helper(p) or _is_guard(p))]
 
     def _reap(self) -> None:
         """Join within a grace period (the stuck workers terminated at once); terminate, then kill,
@@ -501,18 +496,24 @@ def _is_guard(process: psutil.Process) -> bool:
         return False
 
 
-def _descendants(pids: Sequence[int]) -> list[psutil.Process]:
-    """Every descendant of ``pids``, from one pass over the process table (``children(recursive=True)``
-    makes one per call: 56 ms for 32 workers on this 2-core machine, more where more runs)."""
+def _descendants_or_marked(pids: Sequence[int], marks: set[str]) -> list[psutil.Process]:
+    """Every descendant of ``pids``, and every other process that carries one of ``marks``
+    (:func:`vecshm.guard.mark_of`), from one pass over the process table
+    (``children(recursive=True)`` makes one per call: 56 ms for 32 workers on this 2-core
+    machine, more where more runs)."""
     children: dict[int, list[psutil.Process]] = {}
+    marked = {}
     for process in psutil.process_iter(["ppid"]):
         children.setdefault(process.info["ppid"], []).append(process)
+        if mark_of(process.pid) in marks:
+            marked[process.pid] = process
     found, stack = [], list(pids)
     while stack:
         for child in children.get(stack.pop(), []):
             found.append(child)
+            marked.pop(child.pid, None)
             stack.append(child.pid)
-    return found
+    return found + list(marked.values())
 
 
 def as_env_list(env_fns: Any) -> list[Any]:

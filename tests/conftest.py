@@ -22,6 +22,8 @@ from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 
+from vecshm.start_methods import preload_in_forkserver
+
 # SB3's SubprocVecEnv, the reference in several parity tests, imports SB3 and torch in each of its
 # workers (3.7 s for 4 envs here). The forkserver imports them once instead, as vecshm has it do for
 # its own worker module (vecshm.start_methods.preload_in_forkserver). Only start-up time changes.
@@ -39,6 +41,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Worker processes on a loaded 2-core CI machine can be slow to start; no test relies on timing,
 # these only bound how long a broken build may hang.
 HANG_GUARD_SECONDS = 60
+
+TEST_HELPER_MODULES = ["conftest", "faulty_envs", "dropin_envs"]
 
 
 def rounds_until_every_env_stepped(histories: dict[int, list], n_envs: int, rounds: int, steps: int = 5):
@@ -427,6 +431,8 @@ def multiprocessing_helpers():
 
     resource_tracker.ensure_running()
     if "forkserver" in mp.get_all_start_methods():
+        preload_in_forkserver()
+        forkserver.set_forkserver_preload([*forkserver._forkserver._preload_modules, *TEST_HELPER_MODULES])
         forkserver.ensure_running()
     freeze_what_lives()  # what collection imported (torch and SB3 among it)
     yield

@@ -63,6 +63,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(CORES) < 2, reason="PyTorch's pool has one thread on one core")
 @pytest.mark.parametrize("limit", [True, False])
 def test_pin_parent_caps_a_loaded_pytorch_pool_at_the_pinned_cores(limit, tmp_path):

@@ -13,6 +13,8 @@ import pytest
 from vecshm.bench.cli import main
 from vecshm.bench.systems import get_systems
 
+pytestmark = pytest.mark.slow  # benchmarks run for seconds, some as scripts of their own
+
 
 def test_tiny_benchmark_writes_markdown_and_json(tmp_path, capsys):
     code = main(

@@ -181,6 +181,7 @@ GYM_CASES = [
 ]
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("seed, obs_key, act_key, mode", GYM_CASES, ids=[f"{c[1]}-{c[3].value}" for c in GYM_CASES])
 def test_random_call_sequences_match_async_vector_env(seed, obs_key, act_key, mode, no_leaks):
     options = {"autoreset_mode": mode, "shared_memory": shared_memory_for(obs_key), "copy": bool(seed % 2)}

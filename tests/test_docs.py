@@ -10,12 +10,14 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example runs as a script of its own
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# An example that uses RLlib has "rllib" in its id: make test runs those again in .venv-rllib, on
-# the Gymnasium that RLlib pins (the others need no RLlib and ran in the first venv).
+# An example that uses RLlib is marked rllib: make test runs those in .venv-rllib, on the Gymnasium
+# that RLlib pins (the others need no RLlib and run in the first venv).
 BLOCKS = [
-    pytest.param(block, id=f"{path.name}:{i}" + ("-rllib" if "ray.rllib" in block else ""))
+    pytest.param(block, id=f"{path.name}:{i}", marks=pytest.mark.rllib if "ray.rllib" in block else ())
     for path in DOCS
     for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S))
 ]

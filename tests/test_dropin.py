@@ -73,6 +73,7 @@ def outcome(env: Any, pending: str | None, operation: str) -> BaseException | No
     return error
 
 
+@pytest.mark.gymnasium_peer
 def test_out_of_order_calls_raise_what_async_vector_env_raises():
     ours, reference = ShmVectorEnv([EchoEnv] * 2), AsyncVectorEnv([EchoEnv] * 2)
     try:
@@ -92,6 +93,7 @@ def test_out_of_order_calls_raise_what_async_vector_env_raises():
         reference.close()
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("pending", ["reset", "step", "call"])
 def test_close_with_a_pending_call_warns_as_async_vector_env(pending, no_leaks):
     messages = []
@@ -106,6 +108,7 @@ def test_close_with_a_pending_call_warns_as_async_vector_env(pending, no_leaks):
     assert messages[0] and messages[1] == messages[0]
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("name", ["reset", "step", "close", "_setattr", "_check_spaces"])
 def test_call_refuses_the_names_async_vector_env_refuses(name):
     # a fresh AsyncVectorEnv each time: after an error it has closed the failing worker's pipe
@@ -118,6 +121,7 @@ def test_call_refuses_the_names_async_vector_env_refuses(name):
         assert ours.call("render_mode") == (None, None)  # a refused name does not break vecshm
 
 
+@pytest.mark.gymnasium_peer
 def test_a_call_result_nothing_can_pickle_is_an_error_naming_the_env():
     """AsyncVectorEnv's worker catches the pickling error and the caller gets it (the last failing
     env's); vecshm raises the same type, naming the env, and the vec env goes on (where a
@@ -135,6 +139,7 @@ def test_a_call_result_nothing_can_pickle_is_an_error_naming_the_env():
         assert venv.get_attr("render_mode") == [None, None]
 
 
+@pytest.mark.gymnasium_peer
 def test_a_scalar_action_is_a_type_error_in_both_facades():
     with ShmVectorEnv([EchoEnv] * 2) as ours, closing(AsyncVectorEnv([EchoEnv] * 2)) as reference:
         for env in (reference, ours):
@@ -157,6 +162,7 @@ ACTION_BATCHES = {
 }
 
 
+@pytest.mark.gymnasium_peer
 def test_actions_reach_the_env_in_the_callers_dtype_as_in_async_vector_env():
     with ShmVectorEnv([EchoEnv] * 2) as ours, closing(AsyncVectorEnv([EchoEnv] * 2)) as reference:
         ours.reset()
@@ -189,6 +195,7 @@ def failures_as_logged(cls: type, call: Any, envs_per_worker: dict) -> tuple[lis
     return [str(w.message).rstrip("\x1b[0m").strip().splitlines()[-1] for w in caught], error.value
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize(
     "call",
     [lambda envs: envs.reset(seed=[1, 0, 1]), lambda envs: envs.step([0, 1, 2])],
@@ -206,6 +213,7 @@ def test_env_failures_are_logged_and_raised_as_async_vector_env_does(call):
     assert isinstance(got_error, ValueError) and any(str(got_error).count(f.split(": ", 1)[1]) for f in failures)
 
 
+@pytest.mark.gymnasium_peer
 def test_one_element_actions_given_as_scalars_reach_the_env_as_scalars():
     fns = [echo(action_space=spaces.Box(0, 1, (1,), np.float32))] * 3
     with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
@@ -221,6 +229,7 @@ DYNAMIC_ACTION_SPACES = {
 }
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("key", sorted(DYNAMIC_ACTION_SPACES))
 def test_dynamic_action_spaces_reach_the_env_as_in_async_vector_env(key, no_leaks):
     fns = [echo(action_space=DYNAMIC_ACTION_SPACES[key])] * 3
@@ -253,6 +262,7 @@ class MirrorEnv(gym.Env):
         return action, 0.0, False, False, {"action_type": type(action).__name__}
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("key", sorted(DYNAMIC_SPACES))
 def test_every_dynamic_space_as_observation_and_action_matches_async_vector_env(key):
     fns = [functools.partial(MirrorEnv, DYNAMIC_SPACES[key])] * 3
@@ -288,6 +298,7 @@ def test_step_wait_times_out_on_an_env_that_sleeps_its_float64_action(no_leaks):
     envs.close(terminate=True)
 
 
+@pytest.mark.gymnasium_peer
 def test_reset_keywords_are_those_async_vector_env_passes():
     fns = [StrictResetEnv] * 2
     with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
@@ -332,6 +343,7 @@ def close_half_built_reference(excinfo: pytest.ExceptionInfo) -> None:
             env.closed = True
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
 def test_mismatched_spaces_raise_what_async_vector_env_raises(case):
     fns, mode = MISMATCHES[case]
@@ -346,6 +358,7 @@ def test_mismatched_spaces_raise_what_async_vector_env_raises(case):
     assert live_children() <= before, "vecshm's workers must be gone after the refusal"
 
 
+@pytest.mark.gymnasium_peer
 def test_differing_bounds_are_accepted_in_different_mode_as_in_async_vector_env():
     fns = [EchoEnv, echo(low=-2.0)]
     with ShmVectorEnv(fns, observation_mode="different") as ours:
@@ -354,6 +367,7 @@ def test_differing_bounds_are_accepted_in_different_mode_as_in_async_vector_env(
         reference.close()
 
 
+@pytest.mark.gymnasium_peer
 def test_async_vector_env_keywords_in_its_positional_order():
     with pytest.raises(ValueError, match="max_concurrency"):
         ShmVectorEnv([EchoEnv], max_concurrency=0)
@@ -372,6 +386,7 @@ def run_script(tmp_path, source: str, timeout: float = 240) -> subprocess.Comple
     )
 
 
+@pytest.mark.slow
 def test_the_forkserver_starts_with_vecshm_s_worker_modules_and_the_program_s_own_preloads(tmp_path):
     """Workers fork from a server that has already imported NumPy, Gymnasium and vecshm, instead of
     importing them each (vecshm.start_methods.preload_in_forkserver); a preload the program asked
@@ -404,6 +419,7 @@ def test_the_forkserver_starts_with_vecshm_s_worker_modules_and_the_program_s_ow
     assert "numpy True sqlite3 True" in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 def test_the_forkserver_imports_the_installed_modules_the_main_script_imports_at_its_top_level(tmp_path):
     """Each forkserver worker runs the main script again, and multiprocessing's own preload of
     ``__main__`` never reaches the server (it is not given the script's path), so a script that
@@ -452,6 +468,7 @@ def test_the_forkserver_imports_the_installed_modules_the_main_script_imports_at
     assert "workers [{'sqlite3': True, 'helper': True, 'cProfile': False}" in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
     result = run_script(
@@ -494,6 +511,8 @@ def test_ids_registered_in_main_reach_forkserver_and_spawn_workers(tmp_path):
     assert "Overriding environment" not in result.stderr, "an id must not be registered twice in a worker"
 
 
+@pytest.mark.gymnasium_peer
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(tmp_path):
     """Env and Space subclasses from ``__main__`` reach a forkserver or spawn worker by value, and
@@ -572,6 +591,7 @@ def test_a_space_class_defined_in_the_main_script_works_with_every_start_method(
     assert result.returncode == 0 and "main-script spaces ok" in result.stdout, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 @pytest.mark.timeout(120)
 def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path, start_method):
@@ -611,6 +631,8 @@ envs.close()
 """
 
 
+@pytest.mark.gymnasium_peer
+@pytest.mark.slow
 @pytest.mark.parametrize("fed", ["file", "stdin"])
 @pytest.mark.timeout(120)
 def test_scripts_that_run_under_async_vector_env_run_under_shm_vector_env(tmp_path, fed):
@@ -639,6 +661,8 @@ def test_scripts_that_run_under_async_vector_env_run_under_shm_vector_env(tmp_pa
     assert "start method fork" in ours
 
 
+@pytest.mark.gymnasium_peer
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_guarded_script_keeps_forkserver_unless_the_program_chose_a_method(tmp_path):
     result = run_script(
@@ -667,6 +691,7 @@ def test_a_guarded_script_keeps_forkserver_unless_the_program_chose_a_method(tmp
     assert result.stdout.splitlines() == ["default forkserver", "after AsyncVectorEnv forkserver", "chosen spawn"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
     result = run_script(
@@ -711,6 +736,7 @@ def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
     assert result.returncode == 0 and "portable ok" in result.stdout, result.stderr[-3000:]
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.parametrize(
     ("ours", "peer"),
     [(ShmVectorEnv, AsyncVectorEnv), (ShmVecEnv, SubprocVecEnv)],
@@ -732,6 +758,7 @@ def test_processes_are_live_worker_processes_until_close_as_the_peers(ours, peer
         assert not any(process_alive(pid) for pid in pids)
 
 
+@pytest.mark.gymnasium_peer
 def test_repr_is_async_vector_env_s():
     """``repr``/``str``: Gymnasium's ``VectorEnv`` text (the spec's id where there is a spec, as
     ``gym.make_vec`` gives), with the class's own name, as ``AsyncVectorEnv``'s."""
@@ -750,6 +777,7 @@ def test_repr_is_async_vector_env_s():
                 assert text(ours) == text(peer).replace("AsyncVectorEnv", "ShmVectorEnv")
 
 
+@pytest.mark.gymnasium_peer
 def test_env_fns_and_worker_are_kept_as_async_vector_env_keeps_them():
     fns = [EchoEnv] * 2
     with ShmVectorEnv(fns) as ours, closing(AsyncVectorEnv(fns)) as reference:
@@ -764,6 +792,7 @@ def test_factories_that_cannot_be_pickled_run_under_fork_as_subproc_vec_env_runs
         run_lockstep(ours, ref, ours.action_space, steps=60, keeps_reset_infos=False)
 
 
+@pytest.mark.gymnasium_peer
 @pytest.mark.timeout(120)
 def test_factories_that_cannot_be_pickled_run_wherever_async_vector_env_s_default_runs_them():
     """``AsyncVectorEnv(context=None)`` forks where multiprocessing's default is fork: there it takes

@@ -189,6 +189,7 @@ def test_a_reward_that_is_not_a_number_names_its_env(fault, name, no_leaks):
         assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.transport
 def test_exception_in_step_names_env_and_keeps_the_traceback(no_leaks):
     venv = ShmVecEnv(four_envs("raise", bad_index=2), envs_per_worker=2)
     with pytest.raises(WorkerError) as info:
@@ -208,12 +209,14 @@ def test_exception_in_reset_names_env(no_leaks):
             venv.reset()
 
 
+@pytest.mark.transport
 def test_exception_in_constructor_names_env(no_leaks):
     fns = [healthy, raises_in_constructor, healthy]
     with pytest.raises(WorkerError, match="env 1 raised .*RuntimeError during env construction: cannot build"):
         ShmVecEnv(fns, envs_per_worker=1)
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
 def test_a_construction_error_does_not_wait_for_envs_still_being_built(cls, no_leaks):
@@ -250,6 +253,7 @@ def test_a_factory_whose_module_its_worker_cannot_import_is_named(cls, method, t
         cls([healthy, make], **options)
 
 
+@pytest.mark.transport
 def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():
     with ShmVecEnv([healthy] * 2) as venv:
         venv.reset()
@@ -264,6 +268,7 @@ def test_exception_in_env_method_is_reraised_and_the_env_stays_usable():
 # -- dead and hung workers ------------------------------------------------------------------------
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault, cause", [("sigkill", "SIGKILL"), ("abort", "SIGABRT"), ("exit", "exited with code 3")])
 def test_dead_worker_is_reported_with_its_cause(fault, cause, no_leaks):
@@ -276,6 +281,7 @@ def test_dead_worker_is_reported_with_its_cause(fault, cause, no_leaks):
     venv.close()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 def test_worker_killed_from_outside_is_detected_while_waiting(no_leaks):
     venv = ShmVecEnv(four_envs("hang", bad_index=3, fail_at=2), envs_per_worker=2)
@@ -288,6 +294,7 @@ def test_worker_killed_from_outside_is_detected_while_waiting(no_leaks):
     venv.close()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("when", "call"),
@@ -314,6 +321,7 @@ def test_a_worker_killed_between_commands_is_named_without_a_running_env(when, c
     venv.close()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 def test_a_worker_that_cannot_be_started_is_named_and_the_started_ones_end(monkeypatch, no_leaks):
     """A process start that fails (no process can be made, or the forkserver is gone): a
@@ -335,6 +343,7 @@ def test_a_worker_that_cannot_be_started_is_named_and_the_started_ones_end(monke
     assert starts == ["vecshm-worker-0", "vecshm-worker-1", "vecshm-worker-2"]
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
 def test_a_hung_env_times_out_though_other_envs_keep_filling_async_batches(cls, no_leaks):
@@ -353,6 +362,7 @@ def test_a_hung_env_times_out_though_other_envs_keep_filling_async_batches(cls, 
     venv.close()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 def test_hung_env_times_out_and_close_terminates_it(no_leaks):
     venv = ShmVecEnv(four_envs("hang", bad_index=2, fail_at=2), step_timeout=1.0)
@@ -369,7 +379,13 @@ def test_hung_env_times_out_and_close_terminates_it(no_leaks):
 
 # Both facades with the env's own processes in the worker's group; those that leave it are found by
 # the pool and the guards below both facades, so one facade checks them.
-FACADE_AND_DETACHMENT = [(ShmVecEnv, None), (ShmVectorEnv, None), (ShmVecEnv, "session"), (ShmVecEnv, "daemon")]
+# The portable transport runs the first: the processes are found the same way on either transport.
+FACADE_AND_DETACHMENT = [
+    pytest.param(ShmVecEnv, None, marks=pytest.mark.transport),
+    (ShmVectorEnv, None),
+    (ShmVecEnv, "session"),
+    (ShmVecEnv, "daemon"),
+]
 
 
 @pytest.mark.timeout(120)
@@ -411,6 +427,7 @@ def test_processes_an_env_started_end_when_its_worker_dies(cls, detached, no_lea
 # -- restart policy -------------------------------------------------------------------------------
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8"])  # copied, and lent, observations
 def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_key, no_leaks):
@@ -434,6 +451,7 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_
     venv.close()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(120)
 def test_restart_policy_ends_episodes_on_piped_observation_leaves(no_leaks):
     """A dynamic observation leaf too large for its arena slot comes over the worker's socket; a

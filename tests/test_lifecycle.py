@@ -31,6 +31,10 @@ from vecshm.protocol import Phase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Workers outliving a killed parent depend on how they were started. The portable transport runs
+# them under spawn, the start method of the platforms that take it (macOS, Windows).
+START_METHODS = ["fork", "forkserver", pytest.param("spawn", marks=pytest.mark.transport)]
+
 PARENT_SCRIPT = textwrap.dedent(
     """
     import sys, numpy as np
@@ -90,7 +94,7 @@ def start_parent(method: str, script: str = PARENT_SCRIPT) -> tuple[subprocess.P
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("method", START_METHODS)
 def test_workers_exit_when_the_parent_is_killed(method):
     before = shm_entries()
     parent, workers = start_parent(method)
@@ -121,7 +125,7 @@ GIL_PARENT_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("method", START_METHODS)
 def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent_is_killed(method):
     """A worker stuck in native code that keeps the GIL cannot run its watch thread, and the
     kernel's parent-death signal (fork only) ends the worker alone: its guard (vecshm.guard) ends
@@ -251,7 +255,7 @@ def test_envs_print_to_a_terminal_that_stops_background_writers(method, tmp_path
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("method", START_METHODS)
 def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
     script = textwrap.dedent(
         f"""
@@ -276,6 +280,8 @@ def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
     assert shm_entries_left(before) == set()
 
 
+@pytest.mark.transport
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     parent, workers = start_parent("forkserver")
@@ -285,6 +291,7 @@ def test_ctrl_c_during_step_wait_is_a_clean_keyboard_interrupt():
     assert "Traceback" not in err, f"worker traceback spam on Ctrl-C:\n{err}"
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_between_a_steps_send_and_its_wait_does_not_make_close_wait_for_it(no_leaks):
     """A Ctrl-C can land inside ``step()`` after ``step_async`` returned and before ``step_wait``
     began: the step is still in flight, every env hangs in it, and close() must not wait for it
@@ -330,6 +337,7 @@ def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
     assert "Traceback" not in err, err
 
 
+@pytest.mark.transport
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
 def test_ctrl_c_while_the_workers_map_the_segment_ends_them_at_once(cls, monkeypatch, no_leaks):
     """Interrupted while worker 1 maps the segment, worker 0 already waits for commands, where a
@@ -374,6 +382,8 @@ def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():
     assert steps[1:] == ["the program's handler ran", "after"]
 
 
+@pytest.mark.transport
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ctrl_c_during_an_async_recv_is_a_clean_keyboard_interrupt():
     before = shm_entries()
@@ -385,6 +395,7 @@ def test_ctrl_c_during_an_async_recv_is_a_clean_keyboard_interrupt():
     assert shm_entries_left(before) == set()
 
 
+@pytest.mark.transport
 @pytest.mark.timeout(180)
 def test_workers_exit_when_the_parent_is_killed_during_an_async_recv():
     before = shm_entries()
@@ -446,6 +457,8 @@ def test_importing_vecshm_does_not_import_torch_or_sb3():
     assert out.split() == ["False", "False"]
 
 
+@pytest.mark.transport
+@pytest.mark.slow
 def test_many_create_close_cycles_leak_nothing(no_leaks):
     me = psutil.Process()
     ShmVecEnv([healthy] * 2).close()  # warm-up: first-use allocations are not leaks
@@ -457,6 +470,7 @@ def test_many_create_close_cycles_leak_nothing(no_leaks):
     assert me.num_fds() <= fds and me.num_threads() <= threads
 
 
+@pytest.mark.transport
 def test_garbage_collected_vec_env_shuts_its_workers_down(no_leaks):
     venv = ShmVecEnv([healthy] * 2)
     pids = [p.pid for p in venv._engine.pool.processes]
@@ -474,6 +488,7 @@ def test_exception_inside_with_block_closes_the_vec_env(no_leaks):
     assert wait_gone(pids, 30) == []
 
 
+@pytest.mark.transport
 @pytest.mark.skipif(not (hasattr(os, "posix_fallocate") and os.path.isdir("/dev/shm")), reason="Linux /dev/shm")
 def test_a_portable_segment_takes_its_dev_shm_space_at_creation_or_is_a_clear_error(monkeypatch, no_leaks):
     """A /dev/shm smaller than the segment (Docker's default 64 MiB) would otherwise kill with SIGBUS

@@ -218,6 +218,7 @@ def test_reset_cancels_a_pending_step():
         assert_tree_equal(venv.reset(), reference.reset())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_one_process_per_env_oversubscribed_stays_bit_identical(no_leaks):
     """32 worker processes on a 2-core machine: no deadlock, no lost wake-up, same results."""

@@ -43,7 +43,8 @@ ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
 from vecshm.ray import RayVecEnv  # noqa: E402
 from vecshm.ray.vec_env import CLOSE_TIMEOUT  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+# one process of make test's -n runs them all (xdist_group), on the one cluster of the module
+pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 ON_BOTH_NODES = [{"resources": {"node_a": 1}}, {"resources": {"node_b": 1}}]
 

@@ -69,6 +69,7 @@ def _train_ppo(vec_env_cls: type, normalize: type, folder: Path) -> tuple[torch.
         eval_env.close()
 
 
+@pytest.mark.slow
 def test_ppo_trains_to_the_same_weights_as_on_subproc_vec_env(tmp_path):
     """Training end to end (PPO, an EvalCallback, VecNormalize saved, loaded and trained on) is
     bit for bit what it is on SB3's own SubprocVecEnv and wrappers."""

@@ -21,7 +21,12 @@ from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LI
 from vecshm import ShmVectorEnv  # noqa: E402
 from vecshm.ray import register_env  # noqa: E402
 
-pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.rllib, pytest.mark.xdist_group("ray")]
+pytestmark = [
+    pytest.mark.usefixtures("ray_cluster"),
+    pytest.mark.slow,
+    pytest.mark.rllib,
+    pytest.mark.xdist_group("ray"),  # one cluster, in one of make test's processes
+]
 
 RUNNER_CPUS = 3  # two runners of 3 CPUs cannot share a 4-CPU node: one runs on each
 

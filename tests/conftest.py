@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import multiprocessing
@@ -336,7 +337,15 @@ def sample_actions(space: spaces.Space, n: int, rng: np.random.Generator) -> Any
 
 @pytest.fixture
 def no_leaks():
-    """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind.
+    """Fails the test if it leaves child processes, /dev/shm entries or file descriptors behind."""
+    with nothing_left_behind():
+        yield
+
+
+@contextlib.contextmanager
+def nothing_left_behind():
+    """Fails if what runs inside leaves child processes, /dev/shm entries or file descriptors behind:
+    ``no_leaks`` for one test, and for a vec env that a module's tests share, around its life.
 
     Any descriptor of a vecshm segment counts; others may grow by two (the forkserver's, once)."""
     me = psutil.Process()

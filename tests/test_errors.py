@@ -9,7 +9,14 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import as_dummy_rewards, assert_tree_equal, make_space_env, process_alive, wait_gone
+from conftest import (
+    as_dummy_rewards,
+    assert_tree_equal,
+    make_space_env,
+    nothing_left_behind,
+    process_alive,
+    wait_gone,
+)
 from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor, spawning
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -44,17 +51,25 @@ def step_until_error(venv, steps: int = 10):
 # -- bad input ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "actions, message",
-    [
-        (np.zeros(3, dtype=np.int64), "shape"),
-        (np.zeros((4, 1), dtype=np.int64), "shape"),
-        (np.zeros(4, dtype=np.float32), "integers"),
-        (np.array(["a"] * 4), "integers"),
-    ],
-)
-def test_wrong_actions_are_rejected_before_reaching_workers(actions, message):
-    with ShmVecEnv([healthy] * 4) as venv:
+class TestActionsCheckedInTheCaller:
+    """Wrong actions never reach the workers, so one vec env serves every case: each case leaves it
+    usable, which the next case relies on too."""
+
+    @pytest.fixture(scope="class")
+    def venv(self):
+        with nothing_left_behind(), ShmVecEnv([healthy] * 4) as venv:
+            yield venv
+
+    @pytest.mark.parametrize(
+        "actions, message",
+        [
+            (np.zeros(3, dtype=np.int64), "shape"),
+            (np.zeros((4, 1), dtype=np.int64), "shape"),
+            (np.zeros(4, dtype=np.float32), "integers"),
+            (np.array(["a"] * 4), "integers"),
+        ],
+    )
+    def test_wrong_actions_are_rejected_before_reaching_workers(self, venv, actions, message):
         venv.reset()
         with pytest.raises(ValueError, match=message):
             venv.step(actions)
@@ -134,27 +149,35 @@ def test_calls_out_of_order_and_after_close(no_leaks):
             call()
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda venv: venv.get_attr("t"),
-        lambda venv: venv.set_attr("t", 5, indices=[1]),
-        lambda venv: venv.env_method("reset", indices=0),
-        lambda venv: venv.env_is_wrapped(gym.Wrapper),
-        lambda venv: venv.has_attr("t"),
-        lambda venv: venv.get_images(),
-    ],
-    ids=["get_attr", "set_attr", "env_method", "env_is_wrapped", "has_attr", "get_images"],
-)
-@pytest.mark.parametrize("pending", ["step_async", "send"])
-def test_a_call_while_a_step_is_pending_is_refused_and_the_step_survives(call, pending, no_leaks):
-    """Between ``step_async`` and ``step_wait`` (or with ``send``'s envs in flight), a call on the
-    envs raises ``AlreadyPendingCallError``, as the Gymnasium facade does, and the step's results
-    are then those of ``DummyVecEnv``. It used to take the workers from the step: ``step_wait``
-    never returned. SubprocVecEnv hands the step's results to the call there."""
-    fns = [make_space_env("box_f32", tag=i) for i in range(4)]
-    actions = np.array([0, 1, 2, 1])
-    with ShmVecEnv(fns, envs_per_worker=2, batch_size=4) as venv:
+class TestCallsRefusedWhileAStepIsPending:
+    """Every case seeds and resets the envs before it starts, so one vec env serves them all."""
+
+    @pytest.fixture(scope="class")
+    def envs(self):
+        fns = [make_space_env("box_f32", tag=i) for i in range(4)]
+        with nothing_left_behind(), ShmVecEnv(fns, envs_per_worker=2, batch_size=4) as venv:
+            yield fns, venv
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda venv: venv.get_attr("t"),
+            lambda venv: venv.set_attr("t", 5, indices=[1]),
+            lambda venv: venv.env_method("reset", indices=0),
+            lambda venv: venv.env_is_wrapped(gym.Wrapper),
+            lambda venv: venv.has_attr("t"),
+            lambda venv: venv.get_images(),
+        ],
+        ids=["get_attr", "set_attr", "env_method", "env_is_wrapped", "has_attr", "get_images"],
+    )
+    @pytest.mark.parametrize("pending", ["step_async", "send"])
+    def test_a_call_while_a_step_is_pending_is_refused_and_the_step_survives(self, envs, call, pending):
+        """Between ``step_async`` and ``step_wait`` (or with ``send``'s envs in flight), a call on the
+        envs raises ``AlreadyPendingCallError``, as the Gymnasium facade does, and the step's results
+        are then those of ``DummyVecEnv``. It used to take the workers from the step: ``step_wait``
+        never returned. SubprocVecEnv hands the step's results to the call there."""
+        fns, venv = envs
+        actions = np.array([0, 1, 2, 1])
         reference = DummyVecEnv(fns)
         venv.seed(3)
         reference.seed(3)

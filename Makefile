@@ -60,8 +60,7 @@ RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method o
 # tests checked against Gymnasium's AsyncVectorEnv again on the Gymnasium RLlib pins. Each stage
 # runs only what differs there (the markers in pyproject.toml).
 test: install  ## the README's test command: the suite, the portable transport, SB3's and sb3-contrib's own tests, RLlib
-	$(PYTEST) $(XDIST)
-	$(MAKE) --no-print-directory test-portable test-sb3 test-rllib
+	$(MAKE) --no-print-directory test-suite test-portable test-sb3 test-rllib
 
 test-fast: install  ## what to run after each change (about 2 minutes): the suite less the tests marked slow
 	$(PYTEST) $(XDIST) -m "not slow"

@@ -27,8 +27,12 @@ from vecshm.start_methods import preload_in_forkserver
 
 # SB3's SubprocVecEnv, the reference in several parity tests, imports SB3 and torch in each of its
 # workers (3.7 s for 4 envs here). The forkserver imports them once instead, as vecshm has it do for
-# its own worker module (vecshm.start_methods.preload_in_forkserver). Only start-up time changes.
-multiprocessing.set_forkserver_preload(["__main__", "stable_baselines3.common.vec_env.subproc_vec_env"])
+# its own worker module (vecshm.start_methods.preload_in_forkserver, added when the server starts),
+# and the tests' helper modules, whose envs and factories every test's workers load. Only start-up
+# time changes.
+multiprocessing.set_forkserver_preload(
+    ["__main__", "stable_baselines3.common.vec_env.subproc_vec_env", "conftest", "faulty_envs", "dropin_envs"]
+)
 
 # The Ctrl-C tests interrupt this process, or scripts it starts, and expect what a terminal gives
 # a foreground job: Python's KeyboardInterrupt handler. Python installs it only where SIGINT is not
@@ -42,8 +46,6 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # Worker processes on a loaded 2-core CI machine can be slow to start; no test relies on timing,
 # these only bound how long a broken build may hang.
 HANG_GUARD_SECONDS = 60
-
-TEST_HELPER_MODULES = ["conftest", "faulty_envs", "dropin_envs"]
 
 
 def rounds_until_every_env_stepped(histories: dict[int, list], n_envs: int, rounds: int, steps: int = 5):
@@ -345,7 +347,7 @@ def no_leaks():
 @contextlib.contextmanager
 def nothing_left_behind():
     """Fails if what runs inside leaves child processes, /dev/shm entries or file descriptors behind:
-    ``no_leaks`` for one test, and for a vec env that a module's tests share, around its life.
+    ``no_leaks`` for one test, and for a vec env that a class's tests share, around its life.
 
     Any descriptor of a vecshm segment counts; others may grow by two (the forkserver's, once)."""
     me = psutil.Process()
@@ -440,8 +442,7 @@ def multiprocessing_helpers():
 
     resource_tracker.ensure_running()
     if "forkserver" in mp.get_all_start_methods():
-        preload_in_forkserver()
-        forkserver.set_forkserver_preload([*forkserver._forkserver._preload_modules, *TEST_HELPER_MODULES])
+        preload_in_forkserver()  # the session starts the server before any vec env could ask
         forkserver.ensure_running()
     freeze_what_lives()  # what collection imported (torch and SB3 among it)
     yield

@@ -150,7 +150,8 @@ def test_calls_out_of_order_and_after_close(no_leaks):
 
 
 class TestCallsRefusedWhileAStepIsPending:
-    """Every case seeds and resets the envs before it starts, so one vec env serves them all."""
+    """Every case seeds and resets the envs before it starts, so one vec env serves them all (what
+    ``set_attr`` sets on an env's wrapper stays; no case reads its value)."""
 
     @pytest.fixture(scope="class")
     def envs(self):

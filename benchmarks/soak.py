@@ -30,7 +30,7 @@ def rss_mib(pids: list[int]) -> list[float]:
 
 def soak(env_steps: int, n_envs: int) -> None:
     venv = ShmVecEnv([make_env] * n_envs)
-    pids = [os.getpid()] + [p.pid for p in venv._engine.pool.processes]
+    pids = [os.getpid()] + [p.pid for p in venv.processes]
     venv.reset()
     actions = np.zeros(n_envs, dtype=np.int64)
     for _ in range(2000):

@@ -25,7 +25,7 @@ def measure(workload: str, n: int, batch: int | None, seconds: float) -> str:
     actions = wl.actions(n)
     envs = ShmVectorEnv(wl.factories(n), batch_size=batch)
     try:
-        processes = [psutil.Process()] + [psutil.Process(p.pid) for p in envs._engine.pool.processes]
+        processes = [psutil.Process()] + [psutil.Process(p.pid) for p in envs.processes]
 
         def loop(duration: float) -> float:
             k, started = 0, time.perf_counter()
@@ -41,7 +41,7 @@ def measure(workload: str, n: int, batch: int | None, seconds: float) -> str:
                 envs.send(actions[k % len(actions)][: len(env_ids)], env_ids)
                 k += len(env_ids)
             rate = k / (time.perf_counter() - started)
-            while envs._batches.active:
+            while envs.in_flight:
                 envs.recv()
             return rate
 

@@ -18,14 +18,14 @@ CORES = usable_cores()
 
 
 def worker_affinities(venv) -> list[list[int]]:
-    return [sorted(psutil.Process(p.pid).cpu_affinity()) for p in venv._engine.pool.processes]
+    return [sorted(psutil.Process(p.pid).cpu_affinity()) for p in venv.processes]
 
 
 def test_explicit_cores_are_applied_round_robin(no_leaks):
     plan = [[CORES[-1]], [CORES[0]]]
     with ShmVecEnv([healthy] * 6, envs_per_worker=2, cpu_affinity=plan) as venv:
         assert worker_affinities(venv) == [[CORES[-1]], [CORES[0]], [CORES[-1]]]
-        assert venv._engine.worker_cores == [[CORES[-1]], [CORES[0]], [CORES[-1]]]
+        assert venv.runtime.worker_cores == [[CORES[-1]], [CORES[0]], [CORES[-1]]]
         venv.reset()
         venv.step(np.zeros(6, dtype=np.int64))
 

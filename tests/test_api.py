@@ -71,7 +71,7 @@ def test_repr_reports_workers_and_shared_memory_size():
         text = repr(venv)
         assert "num_envs=4" in text and "workers=2x2" in text and "MiB" in text
         # obs, final obs: 2 x 4 x 100800 bytes at least
-        assert venv._engine.nbytes >= 2 * 4 * 210 * 160 * 3
+        assert venv.runtime.nbytes >= 2 * 4 * 210 * 160 * 3
 
 
 def test_rewards_and_dones_have_subproc_vec_env_s_dtypes():

@@ -27,6 +27,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 import vecshm.engine
 from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
+from vecshm.batching import AsyncBatches
+from vecshm.engine import Engine
+from vecshm.options import EngineOptions
+from vecshm.protocol import AutoReset
 
 N_ENVS = 6
 STEPS = 90
@@ -94,7 +98,7 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, 
     with ShmVectorEnv(
         space_fns(key), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
     ) as envs:
-        assert envs._engine.ring is not None
+        assert envs.runtime.ring
         envs.async_reset(seed=0)
         for _ in rounds_until_every_env_stepped(histories, N_ENVS, STEPS):
             obs, rewards, terminations, truncations, _, env_ids = envs.recv()
@@ -117,7 +121,7 @@ def test_batches_ending_inside_a_unit_dropped_at_once_match_a_synchronous_run(pe
     the next batch must not go back to the workers with it (two workers would then claim it)."""
     histories = defaultdict(list)
     with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=batch, envs_per_worker=per_worker) as envs:
-        assert envs._batches.ring is not None
+        assert envs.runtime.ring
         envs.async_reset(seed=0)
         lent = 0
         for _ in range(STEPS):
@@ -150,7 +154,7 @@ def test_sb3_ring_batches_match_a_synchronous_run_infos_included(no_leaks):
     fns = [make_space_env("frame_u8", tag=i, jitter_us=300.0) for i in range(N_ENVS)]
     histories = defaultdict(list)
     with ShmVecEnv(fns, batch_size=2, envs_per_worker=1) as venv:
-        assert venv._engine.ring is not None
+        assert venv.runtime.ring
         venv.seed(4)
         venv.async_reset()
         for _ in range(STEPS):
@@ -179,19 +183,22 @@ def test_a_batch_of_several_workers_comes_back_to_send_as_checked(ring_always, n
     """``recv`` remembers the multi-worker batches it returns as checked (they come in too many
     orders for the cache of checked lists); what it remembers is what the check would find."""
     fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(8)]  # workers finish in varying order
-    with ShmVectorEnv(fns, batch_size=4, envs_per_worker=2) as envs:
-        batches = envs._batches
-        envs.async_reset(seed=1)
+    engine = Engine(fns, EngineOptions(AutoReset.NEXT_STEP, envs_per_worker=2, async_batch=4))
+    try:
+        batches = AsyncBatches(engine, 4)
+        batches.reset([{"seed": 1 + i, "options": None} for i in range(8)])
         for _ in range(8):
-            ids = np.asarray(envs.recv()[-1], dtype=np.int64)
+            ids = np.asarray(batches.recv().env_ids, dtype=np.int64)
             remembered = batches._ids[(ids.shape, ids.tobytes())]
             checked = batches._check(ids)
             assert [a.tolist() for a in remembered[:2]] == [a.tolist() for a in checked[:2]]
             assert remembered[2] is checked[2] is True
             assert not remembered[0].flags.writeable and not remembered[1].flags.writeable
-            envs.send(np.zeros(4, dtype=np.int64), ids)
+            batches.send(np.zeros(4, dtype=np.int64), ids)
         while batches.active:
-            envs.recv()
+            batches.recv()
+    finally:
+        engine.close()
 
 
 @pytest.mark.transport
@@ -223,7 +230,7 @@ def test_held_batches_stay_intact_and_units_come_back_when_dropped(ring_always, 
 def test_worker_killed_mid_batch_names_its_envs(ring_always, no_leaks):
     fns = [faulty("sigkill", fail_at=3) if i == 3 else healthy for i in range(4)]
     venv = ShmVecEnv(fns, batch_size=2, envs_per_worker=1)
-    assert venv._engine.ring is not None
+    assert venv.runtime.ring
     venv.async_reset()
     # the live workers could fill every batch on their own: the death must still surface, soon
     deadline = time.monotonic() + 30
@@ -258,7 +265,7 @@ def test_an_env_error_comes_at_the_next_recv_though_other_workers_keep_finishing
         envs.async_reset(seed=0)
         for env_ids in [envs.recv()[-1], envs.recv()[-1]]:  # both workers' envs, then both sent again
             envs.send(np.zeros(2, dtype=np.int64), env_ids)
-        buffers, deadline = envs._engine.buffers, time.monotonic() + 60
+        buffers, deadline = envs.segment, time.monotonic() + 60
         while not (buffers.done_seq == buffers.cmd_seq).all():  # both published: the error, and a unit
             assert time.monotonic() < deadline, "the workers did not finish their step"
         with pytest.raises(WorkerError, match="env 2 raised .*boom"):

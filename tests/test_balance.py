@@ -218,6 +218,6 @@ def test_workers_count_the_time_they_spend_on_commands():
         env.reset()
         env.step(np.zeros(4, dtype=np.int64))
         # each worker adds a command's time before it waits for the next: the reset's is in by now
-        assert (env._engine.buffers.busy > 0).all()
+        assert (env.segment.busy > 0).all()
     finally:
         env.close()

@@ -374,7 +374,7 @@ def test_async_vector_env_keywords_in_its_positional_order():
     with pytest.raises(ValueError, match="A custom `worker` must accept"):
         ShmVectorEnv([EchoEnv], True, True, None, True, lambda a, b: None)  # the sixth: worker
     with ShmVectorEnv([EchoEnv] * 4, max_concurrency=1) as envs:
-        assert envs._engine.num_workers == 1  # at most one env runs at a time
+        assert envs.plan.num_workers == 1  # at most one env runs at a time
         envs.reset()
 
 
@@ -626,7 +626,7 @@ for t in range(60):
     rows += envs.step(np.full(3, t % 2))[:4]
 print("trajectory", hashlib.sha256(b"".join(np.asarray(row).tobytes() for row in rows)).hexdigest())
 if isinstance(envs, ShmVectorEnv):
-    print("start method", envs._engine.start_method)
+    print("start method", envs.runtime.start_method)
 envs.close()
 """
 
@@ -677,7 +677,7 @@ def test_a_guarded_script_keeps_forkserver_unless_the_program_chose_a_method(tmp
         def method():
             envs = ShmVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
             envs.close()
-            return envs._engine.start_method
+            return envs.runtime.start_method
 
         if __name__ == "__main__":
             print("default", method())
@@ -712,7 +712,7 @@ def test_a_platform_without_eventfd_or_memfd_takes_the_portable_path(tmp_path):
         def main():
             fns = [lambda: gym.make("CartPole-v1")] * 3
             ours, reference = ShmVecEnv(fns, start_method="fork"), DummyVecEnv(fns)
-            assert ours._engine.transport.name == "portable"
+            assert ours.runtime.transport == "portable"
             ours.seed(0)
             reference.seed(0)
             assert np.array_equal(ours.reset(), reference.reset())
@@ -805,7 +805,7 @@ def test_factories_that_cannot_be_pickled_run_wherever_async_vector_env_s_defaul
             ShmVectorEnv(fns)
         return
     with closing(reference), closing(ShmVectorEnv(fns)) as ours:
-        assert ours._engine.start_method == "fork"
+        assert ours.runtime.start_method == "fork"
         assert_tree_equal(ours.reset(seed=5), reference.reset(seed=5), "reset")
         for t in range(60):
             actions = np.full(3, t % 2)

@@ -98,7 +98,7 @@ def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
             for k, (i, row) in enumerate(zip(env_ids.tolist(), iterate(envs.observation_space, obs))):
                 histories[i].append((row, rewards[k], terminations[k], truncations[k], per_env[k]))
             send_in_parts(envs, env_ids, histories, rng)
-        while envs._batches.active:
+        while envs.in_flight:
             envs.recv()
     reference = SyncVectorEnv(space_fns(key))
     obs, infos = reference.reset(seed=0)
@@ -147,7 +147,7 @@ def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, mon
             if held and (len(held) > 3 or rng.random() < 0.3):
                 held.pop(int(rng.integers(len(held))))
             send_in_parts(envs, env_ids, histories, rng)
-        while envs._batches.active:
+        while envs.in_flight:
             envs.recv()
     assert_histories_match_a_sync_run(
         space_fns(key, n), histories, action, f" ({key}, {n} envs, {per_worker} per worker)"
@@ -164,7 +164,7 @@ def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, mo
     rng = np.random.default_rng(3)
     histories: dict[int, list] = defaultdict(list)
     with ShmVecEnv(fns, batch_size=batch, envs_per_worker=2) as venv:
-        assert (venv._batches.ring is not None) == ring
+        assert venv.runtime.ring == ring
         venv.seed(4)
         venv.async_reset()
         for _ in range(STEPS):
@@ -173,7 +173,7 @@ def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, mo
             for k, i in enumerate(env_ids.tolist()):
                 histories[i].append((obs[k], as_dummy_rewards(rewards[k]), terminated[k] | truncated[k], infos[k]))
             send_in_parts(venv, env_ids, histories, rng)
-        while venv._batches.active:
+        while venv.in_flight:
             venv.recv()
     reference = SB3DummyVecEnv(fns)
     reference.seed(4)
@@ -215,7 +215,7 @@ def test_sends_are_checked_and_waiting_envs_are_named(no_leaks):
         envs.send(np.zeros(3, dtype=np.int64), ids)
         with pytest.raises(AlreadyPendingCallError, match="not yet returned"):
             envs.send(np.zeros(1, dtype=np.int64), ids[:1])
-        while envs._batches.active:
+        while envs.in_flight:
             envs.recv()
         envs.step(np.zeros(6, dtype=np.int64))
         envs.send(np.zeros(1, dtype=np.int64), [0])  # with batches under num_envs, each env steps on its own
@@ -265,7 +265,7 @@ def test_hung_env_is_named_alone_not_the_envs_queued_behind_it(cls, no_leaks):
     steps its envs as one command."""
     fns = [faulty("hang", fail_at=2) if i == 2 else healthy for i in range(4)]
     venv = cls(fns, batch_size=3, envs_per_worker=2, step_timeout=1.0)
-    assert venv._engine.num_workers == 4  # one worker per env: the arrangement this test is about
+    assert venv.plan.num_workers == 4  # one worker per env: the arrangement this test is about
     venv.async_reset()
     end = time.monotonic() + 60  # a bound for the test, not a synchronisation
     with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\] did not finish") as info:
@@ -306,10 +306,10 @@ def test_restart_policy_under_async_batches(no_leaks):
     venv = ShmVecEnv(fns, batch_size=3, envs_per_worker=2, on_worker_failure="restart")
     venv.async_reset()
     last = {}
-    while venv._batches.active:
+    while venv.in_flight:
         obs, *_, env_ids = venv.recv()
         last.update(zip(env_ids.tolist(), obs))
-    victim = venv._engine.pool.processes[1].pid
+    victim = venv.processes[1].pid
     os.kill(victim, signal.SIGKILL)
     venv.send(np.zeros(6, dtype=np.int64), np.arange(6))
     seen: dict[int, tuple] = {}
@@ -325,7 +325,7 @@ def test_restart_policy_under_async_batches(no_leaks):
             np.testing.assert_array_equal(info["terminal_observation"], last[i])
         else:
             assert not (terminated or truncated) and "worker_restarted" not in info
-    assert venv._engine.pool.processes[1].pid != victim
+    assert venv.processes[1].pid != victim
     venv.send(np.zeros(6, dtype=np.int64), np.arange(6))
     for _ in range(10):  # the vec env goes on as before
         *_, env_ids = venv.recv()

@@ -312,7 +312,7 @@ def test_worker_killed_from_outside_is_detected_while_waiting(no_leaks):
     venv.reset()
     venv.step(ZEROS)
     venv.step_async(ZEROS)  # env 3 now hangs
-    os.kill(venv._engine.pool.processes[1].pid, signal.SIGKILL)
+    os.kill(venv.processes[1].pid, signal.SIGKILL)
     with pytest.raises(WorkerDiedError, match="worker 1 .*SIGKILL"):
         venv.step_wait()
     venv.close()
@@ -333,7 +333,7 @@ def test_a_worker_killed_between_commands_is_named_without_a_running_env(when, c
     if when == "between two steps":
         venv.reset()
         venv.step(ZEROS)  # every worker has published: between commands
-    process = venv._engine.pool.processes[1]
+    process = venv.processes[1]
     os.kill(process.pid, signal.SIGKILL)
     process.join()
     with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL") as info:
@@ -390,7 +390,7 @@ def test_a_hung_env_times_out_though_other_envs_keep_filling_async_batches(cls, 
 @pytest.mark.timeout(120)
 def test_hung_env_times_out_and_close_terminates_it(no_leaks):
     venv = ShmVecEnv(four_envs("hang", bad_index=2, fail_at=2), step_timeout=1.0)
-    pids = [p.pid for p in venv._engine.pool.processes]
+    pids = [p.pid for p in venv.processes]
     with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\]") as info:
         step_until_error(venv)
     assert info.value.env_indices == [2]
@@ -441,7 +441,7 @@ def test_processes_an_env_started_end_when_its_worker_dies(cls, detached, no_lea
     of their own, or left to init by a launcher, too."""
     envs = cls([spawning(detached=detached)] * 4, envs_per_worker=2)
     spawned = envs.get_attr("child_pid")
-    os.kill(envs._engine.pool.processes[0].pid, signal.SIGKILL)
+    os.kill(envs.processes[0].pid, signal.SIGKILL)
     assert wait_gone(spawned[:2], 20) == []
     assert all(process_alive(pid) for pid in spawned[2:])  # the live worker's stay
     envs.close()
@@ -459,7 +459,7 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_
     venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart")
     venv.reset()
     last = venv.step(ZEROS)[0]
-    victim = venv._engine.pool.processes[1].pid
+    victim = venv.processes[1].pid
     os.kill(victim, signal.SIGKILL)
     with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
         obs, rewards, dones, infos = venv.step(ZEROS)
@@ -468,7 +468,7 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_
         assert infos[i]["TimeLimit.truncated"] and infos[i]["worker_restarted"]
         # the lost episode ends on the last observation the caller saw
         np.testing.assert_array_equal(infos[i]["terminal_observation"], last[i])
-    assert venv._engine.pool.processes[1].pid != victim
+    assert venv.processes[1].pid != victim
     for _ in range(5):
         obs, rewards, dones, infos = venv.step(ZEROS)  # the vec env goes on as before
     assert obs.shape == (4, *venv.observation_space.shape)
@@ -484,8 +484,8 @@ def test_restart_policy_ends_episodes_on_piped_observation_leaves(no_leaks):
     venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart", info_bytes=8)
     venv.reset()
     last = venv.step(ZEROS)[0]
-    assert (venv._engine.buffers.obs_blob_len == INFO_PIPED).all(), "every observation must have been piped"
-    os.kill(venv._engine.pool.processes[1].pid, signal.SIGKILL)
+    assert (venv.segment.obs_blob_len == INFO_PIPED).all(), "every observation must have been piped"
+    os.kill(venv.processes[1].pid, signal.SIGKILL)
     with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
         obs, rewards, dones, infos = venv.step(ZEROS)
     for i in (2, 3):

@@ -73,7 +73,7 @@ def test_sb3_infos_match_dummy_vec_env(info_bytes, no_leaks):
             assert_tree_equal((got[0], as_dummy_rewards(got[1]), got[2]), want[:3], f"step {t}")
             assert_tree_equal(got[3], want[3], f"step {t} infos")
             assert_tree_equal(venv.reset_infos, reference.reset_infos, f"step {t} reset infos")
-            seen.update(is_columns(length) for length in venv._engine.buffers.info_len.tolist())
+            seen.update(is_columns(length) for length in venv.segment.info_len.tolist())
     assert seen == ({True, False} if info_bytes == 2048 else {False}), "both paths must have been taken"
 
 

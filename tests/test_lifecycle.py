@@ -26,7 +26,8 @@ from conftest import (
 from faulty_envs import faulty, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.pool import CLOSE_GRACE_SECONDS, WorkerPool, _ctrl_c_after_the_starts
+from vecshm.pool import CLOSE_GRACE_SECONDS, WorkerPool
+from vecshm.processes import ctrl_c_after_the_starts
 from vecshm.protocol import Phase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +48,7 @@ PARENT_SCRIPT = textwrap.dedent(
         venv.reset()
         venv.step(np.zeros(4, dtype=np.int64))
         try:
-            print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+            print(" ".join(str(p.pid) for p in venv.processes), flush=True)
             venv.step(np.zeros(4, dtype=np.int64))  # every env hangs: the parent waits here
         except KeyboardInterrupt:
             venv.close()
@@ -69,14 +70,14 @@ ASYNC_PARENT_SCRIPT = textwrap.dedent(
         )
         envs.async_reset(seed=0)
         held = []
-        while envs._batches.active:
+        while envs.in_flight:
             held.append(envs.recv())  # batches held while the parent waits
         envs.send(np.zeros(6, dtype=np.int64), np.arange(6))  # first step: fine
         for _ in range(2):
             *_, env_ids = envs.recv()
             envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)  # second step: every env hangs
         try:
-            print(" ".join(str(p.pid) for p in envs._engine.pool.processes), flush=True)
+            print(" ".join(str(p.pid) for p in envs.processes), flush=True)
             envs.recv()  # the parent waits here
         except KeyboardInterrupt:
             envs.close()
@@ -117,7 +118,7 @@ GIL_PARENT_SCRIPT = textwrap.dedent(
         spawned = venv.get_attr("child_pid")
         venv.reset()
         venv.step(np.zeros(4, dtype=np.int64))
-        print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+        print(" ".join(str(p.pid) for p in venv.processes), flush=True)
         print(" ".join(map(str, spawned)), flush=True)
         venv.step(np.zeros(4, dtype=np.int64))  # each worker's first env holds the GIL for good
     """
@@ -266,7 +267,7 @@ def test_idle_workers_exit_within_seconds_when_the_parent_is_killed(method):
         if __name__ == "__main__":
             venv = ShmVecEnv([healthy] * 4, start_method={method!r}, envs_per_worker=2)
             venv.reset()
-            print(" ".join(str(p.pid) for p in venv._engine.pool.processes), flush=True)
+            print(" ".join(str(p.pid) for p in venv.processes), flush=True)
             time.sleep(600)
         """
     )
@@ -299,7 +300,7 @@ def test_a_ctrl_c_between_a_steps_send_and_its_wait_does_not_make_close_wait_for
     envs = ShmVectorEnv([faulty("hang", fail_at=2)] * 3)
     envs.reset()
     envs.step(np.zeros(3, dtype=np.int64))
-    pids = [p.pid for p in envs._engine.pool.processes]
+    pids = [p.pid for p in envs.processes]
     step_with_a_ctrl_c_before_its_wait(envs, np.zeros(3, dtype=np.int64))  # every env hangs in this step
     assert closes_within(envs, HANG_GUARD_SECONDS), "close() waits for the interrupted step, which never ends"
     assert wait_gone(pids, 30) == []
@@ -363,7 +364,7 @@ def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     steps = []
     with pytest.raises(KeyboardInterrupt):
-        with _ctrl_c_after_the_starts():
+        with ctrl_c_after_the_starts():
             os.kill(os.getpid(), signal.SIGINT)
             steps.append("the starts went on")
     assert steps == ["the starts went on"]
@@ -374,7 +375,7 @@ def test_ctrl_c_while_workers_start_is_raised_once_they_have_started():
 
     previous = signal.signal(signal.SIGINT, own_handler)
     try:
-        with _ctrl_c_after_the_starts():  # a program's own handler is left alone
+        with ctrl_c_after_the_starts():  # a program's own handler is left alone
             os.kill(os.getpid(), signal.SIGINT)
             steps.append("after")
     finally:
@@ -473,7 +474,7 @@ def test_many_create_close_cycles_leak_nothing(no_leaks):
 @pytest.mark.transport
 def test_garbage_collected_vec_env_shuts_its_workers_down(no_leaks):
     venv = ShmVecEnv([healthy] * 2)
-    pids = [p.pid for p in venv._engine.pool.processes]
+    pids = [p.pid for p in venv.processes]
     del venv
     import gc
 
@@ -483,7 +484,7 @@ def test_garbage_collected_vec_env_shuts_its_workers_down(no_leaks):
 
 def test_exception_inside_with_block_closes_the_vec_env(no_leaks):
     with pytest.raises(RuntimeError, match="user code"), ShmVecEnv([healthy] * 2) as venv:
-        pids = [p.pid for p in venv._engine.pool.processes]
+        pids = [p.pid for p in venv.processes]
         raise RuntimeError("user code failed")
     assert wait_gone(pids, 30) == []
 

@@ -72,7 +72,7 @@ def test_async_batches_match_a_synchronous_run(no_leaks):
             for k, i in enumerate(env_ids.tolist()):
                 histories[i].append((obs[k], rewards[k], terminations[k], truncations[k], per_env[k]))
             envs.send(np.array([action(i, len(histories[i]) - 1) for i in env_ids.tolist()]), env_ids)
-        while envs._batches.active:
+        while envs.in_flight:
             envs.recv()
     reference = SyncVectorEnv(fns)
     obs, infos = reference.reset(seed=0)

@@ -60,7 +60,7 @@ def describe(runner) -> dict:
         "node": ray.get_runtime_context().get_node_id(),
         "type": type(env).__name__,
         "num_envs": env.num_envs,
-        "workers": [p.pid for p in env._engine.pool.processes],
+        "workers": [p.pid for p in env.processes],
     }
 
 

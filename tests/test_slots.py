@@ -11,8 +11,8 @@ from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_ac
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-from vecshm import ShmVecEnv, ShmVectorEnv, slots
-from vecshm.slots import DEFAULT_LENDABLE_SLOTS
+from vecshm import ShmVecEnv, ShmVectorEnv, results
+from vecshm.results import DEFAULT_LENDABLE_SLOTS
 
 
 def in_segment_mapping(address: int) -> bool:
@@ -32,7 +32,7 @@ def first_address(obs: np.ndarray) -> int:
 @pytest.mark.parametrize("obs_key", ["frame_u8", "dict_img"])
 def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
-    monkeypatch.setattr(slots, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
+    monkeypatch.setattr(results, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []

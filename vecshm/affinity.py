@@ -81,7 +81,7 @@ def topology(num_envs: int | None = None, envs_per_worker: int | None = None) ->
     >>> from vecshm import topology
     >>> print(topology(8))  # doctest: +SKIP
     """
-    from vecshm.pool import split_envs
+    from vecshm.plan import split_envs
 
     allowed = usable_cores()
     groups = _physical_groups(allowed)

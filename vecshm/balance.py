@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,12 @@ RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESER
 PAUSE_SECONDS = BALANCE_SECONDS / 5
 
 
+class WaitTotal:
+    """The parent's time spent waiting for workers, in seconds."""
+
+    waited_seconds = 0.0
+
+
 class CoreBalance:
     """Whether the workers keep off the parent's core (``cores[0]``), decided from measured work.
 
@@ -49,21 +56,25 @@ class CoreBalance:
     placed the processes itself or the platform cannot.
     """
 
-    def __init__(self, cores: list[int], busy: np.ndarray, pids: Callable[[], list[int]], enabled: bool) -> None:
+    def __init__(
+        self, cores: list[int], busy: np.ndarray, pids: Callable[[], list[int]], enabled: bool, waits: Any = None
+    ) -> None:
         self.cores = cores
         self.enabled = enabled and len(cores) >= 2 and hasattr(os, "sched_setaffinity")
         self.reserved = False  # whether the workers keep off cores[0] now
+        self.active = False  # reserved, or a window open: a synchronous command has something to release
         self.ratio: float | None = None  # the last window's workers' busy time per remaining core over the parent's
         self._busy = busy
         self._pids = pids
+        # its ``waited_seconds``: the parent's time spent waiting for workers (the engine's Waiter adds it up)
+        self._waits = waits if waits is not None else WaitTotal()
         self._moved: set[int] = set()  # workers moved off cores[0]
-        self._wait_seconds = 0.0  # the parent's time spent waiting for workers
         self._window: tuple[float, float, float] | None = None  # (start, wait seconds, workers' busy) then
         self._last_tick = 0.0
 
     def waited(self, seconds: float) -> None:
-        """The parent waited ``seconds`` for workers."""
-        self._wait_seconds += seconds
+        """The parent waited ``seconds`` for workers (where no ``waits`` object adds them up)."""
+        self._waits.waited_seconds += seconds
 
     def tick(self) -> None:
         """An async batch was taken: look at the balance once ``BALANCE_SECONDS`` have passed."""
@@ -72,15 +83,16 @@ class CoreBalance:
         now = time.perf_counter()
         window, last, self._last_tick = self._window, self._last_tick, now
         if window is None or now - last > PAUSE_SECONDS:  # a first batch, or the first after a pause
-            self._window = (now, self._wait_seconds, float(self._busy.sum()))
+            self._window = (now, self._waits.waited_seconds, float(self._busy.sum()))
+            self.active = True
             return
         start, wait_seconds, busy = window
         if now - start < BALANCE_SECONDS:
             return
         total = float(self._busy.sum())
         workers = total - busy
-        parent = (now - start) - (self._wait_seconds - wait_seconds)
-        self._window = (now, self._wait_seconds, total)
+        parent = (now - start) - (self._waits.waited_seconds - wait_seconds)
+        self._window = (now, self._waits.waited_seconds, total)
         ratio = self.ratio = workers / (len(self.cores) - 1) / max(parent, 1e-9)
         if ratio < RESERVE_BELOW or (self.reserved and ratio <= RELEASE_ABOVE):
             self._reserve()
@@ -90,6 +102,7 @@ class CoreBalance:
     def release(self) -> None:
         """Workers on every core again (a synchronous command runs every worker at once)."""
         self._window = None
+        self.active = False
         if not self.reserved:
             return
         self.reserved = False
@@ -103,7 +116,7 @@ class CoreBalance:
 
     def _reserve(self) -> None:
         """Workers off ``cores[0]``; a worker started since (a restart) is moved too."""
-        self.reserved = True
+        self.reserved = self.active = True
         pids = set(self._pids())
         self._set(pids - self._moved, self.cores[1:])
         self._moved = pids

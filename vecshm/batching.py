@@ -3,7 +3,7 @@
 ``send(actions, env_ids)`` and ``recv()`` work on envs: ``recv`` returns the first ``batch_size``
 envs to finish, and ``send`` takes any of the envs the caller holds. A *worker* (the engine's unit
 of commands) steps its envs together: one env, where batches are not one process's envs (see
-:class:`vecshm.engine.Engine`), else a process's envs. So a worker starts once every one of its envs
+:mod:`vecshm.plan`), else a process's envs. So a worker starts once every one of its envs
 has its action (until then the actions wait, written into the envs' rows), and a worker that
 finishes may leave some of its envs for the next ``recv``. Each env still sees exactly the actions
 it was sent, in order, so per-env results are the same as in a synchronous run.
@@ -23,9 +23,11 @@ import numpy as np
 
 from vecshm.engine import Engine
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.plan import slice_sizes
 from vecshm.protocol import Phase
 from vecshm.results import NO_EXTRAS, Batch, Extras
 from vecshm.ring import CLAIM, UnitRing, units_spanned
+from vecshm.waiting import Ticket
 
 __all__ = ["AsyncBatches"]
 
@@ -58,15 +60,18 @@ class AsyncBatches:
     send/recv protocol over an :class:`Engine`."""
 
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
-        n = engine.num_envs
-        self.engine = engine
-        self.sizes = np.array([stop - start for start, stop in engine.slices], dtype=np.int64)
-        self.in_flight = np.zeros(engine.num_workers, dtype=bool)  # workers running a command
+        n, plan = engine.num_envs, engine.plan
+        self.engine, self.plan = engine, plan
+        self.sizes = slice_sizes(plan.worker_slices)
+        self.in_flight = np.zeros(plan.num_workers, dtype=bool)  # workers running a command
         self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
-        self.staged = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: envs whose actions wait
+        self.staged = np.zeros(plan.num_workers, dtype=np.int64)  # per worker: envs whose actions wait
+        self.has_staged = False  # whether any actions wait (a synchronous call then drops them)
         self.staged_dynamic: dict[int, list[Any]] = {}  # the waiting actions' dynamic leaves, by env
         self.finished = NOTHING_FINISHED  # envs finished but not yet returned
-        self.started = np.zeros(engine.num_workers, dtype=np.int64)  # per worker: when it last started
+        self.active = False  # envs in flight or finished but not yet returned (a synchronous call must wait)
+        self.started = np.zeros(plan.num_workers, dtype=np.int64)  # per worker: when it last started
+        self.sent_at = np.zeros(plan.num_workers)  # per worker: when its command was sent (with a timeout)
         self._starts = 0
         self._ids: dict[tuple[tuple[int, ...], bytes], tuple[np.ndarray, np.ndarray, bool]] = {}
         if batch_size is None:
@@ -83,16 +88,19 @@ class AsyncBatches:
         # with envs left in flight, the parent works while workers step (see vecshm.balance)
         self._balance = engine.balance if self.batch_size < n else None
 
-    @property
-    def active(self) -> bool:
-        """Whether envs are in flight or finished but not yet returned (a synchronous call must wait)."""
-        return np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
+    def _ticket(self, pending: np.ndarray) -> Ticket:
+        """The command ``pending`` workers run: the segment records each one's sequence number."""
+        return Ticket(pending, self.engine.buffers.cmd_seq[pending], self.slot, Phase.STEP, self.sent_at[pending])
+
+    def _settle(self) -> None:
+        self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
 
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
         self.drain()
-        self.engine.send_resets(requests, self.engine.all_workers, self.slot)
-        self.in_flight[:] = True
+        ticket = self.engine.send_resets(requests, self.slot, self.plan.all_workers)
+        self.sent_at[:] = ticket.sent_at
+        self.in_flight[:] = self.active = True
         self.with_caller[:] = False
         self.started[:] = self._starts = 0
 
@@ -110,14 +118,16 @@ class AsyncBatches:
         dynamic = self.engine.write_actions(actions, env_ids)  # checked first: nothing changes if it raises
         self.with_caller[env_ids] = False
         if not whole:  # some workers may still wait for actions for their other envs
-            self.staged += np.bincount(self.engine.env_worker[env_ids], minlength=len(self.staged))
+            self.staged += np.bincount(self.plan.env_worker[env_ids], minlength=len(self.staged))
             workers = workers[self.staged[workers] == self.sizes[workers]]
             self.staged[workers] = 0
+            self.has_staged = np.count_nonzero(self.staged) > 0
         if dynamic is not None:
             self.staged_dynamic.update(dynamic)
         if len(workers):
-            self.engine.start_step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
-            self.in_flight[workers] = True
+            ticket = self.engine.start_step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
+            self.sent_at[workers] = ticket.sent_at
+            self.in_flight[workers] = self.active = True
             self._starts += 1
             self.started[workers] = self._starts
         return env_ids
@@ -136,25 +146,28 @@ class AsyncBatches:
             self._balance.tick()
         if ring is not None:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
-                done, extras = self.engine.collect_units(ring.next_units(need // ring.unit_rows), pending, timeout)
+                units = ring.next_units(need // ring.unit_rows)
+                done, extras = self.engine.collect_units(units, self._ticket(pending), timeout)
                 self.in_flight[done] = False
-                env_ids = self.engine.env_ids_of(done)
+                self._settle()
+                env_ids = self.plan.env_ids_of(done)
                 self.with_caller[env_ids] = True
                 if len(done) > 1:
                     self._returned(env_ids, done)
-                return self.engine.batch(env_ids, extras, ring.take(need))
+                return Batch(self.engine.reader, env_ids, extras, ring.take(need))
             return self._recv_inside_units(ring, pending, finished, need, timeout)
         while len(finished.env_ids) < need:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(finished.env_ids)) // int(self.sizes[pending].max()))  # workers that may do
-            done, extras = self.engine.collect(pending, Phase.STEP, need=fewest, timeout=timeout)
+            done, extras = self.engine.collect(self._ticket(pending), need=fewest, timeout=timeout)
             done = np.sort(done)
             self.in_flight[done] = False
-            finished = self.finished = finished.added(self.engine.env_ids_of(done), extras)
+            finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)
+        self._settle()
         self.with_caller[env_ids] = True
-        return self.engine.batch(env_ids, extras)
+        return Batch(self.engine.reader, env_ids, extras, None)
 
     def _recv_inside_units(
         self, ring: UnitRing, pending: np.ndarray, finished: Finished, need: int, timeout: float | None
@@ -165,22 +178,24 @@ class AsyncBatches:
         left = len(finished.env_ids)
         if need > left:
             units = ring.next_units(ring.units_for(need))
-            done, extras = self.engine.collect_units(units[1:] if left else units, pending, timeout)
+            done, extras = self.engine.collect_units(units[1:] if left else units, self._ticket(pending), timeout)
             self.in_flight[done] = False
-            finished = self.finished = finished.added(self.engine.env_ids_of(done), extras)
+            finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)
+        self._settle()
         self.with_caller[env_ids] = True
-        return self.engine.batch(env_ids, extras, ring.take(need))
+        return Batch(self.engine.reader, env_ids, extras, ring.take(need))
 
     def drain(self) -> None:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = self.in_flight.nonzero()[0]
         if len(pending):
-            self.engine.collect(pending, Phase.STEP)
+            self.engine.collect(self._ticket(pending))
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))
         self.finished = NOTHING_FINISHED
+        self.active = False
         self.forget_staged()
         self.with_caller[:] = True
         if self.ring is not None:
@@ -193,17 +208,18 @@ class AsyncBatches:
         Only while nothing is in flight or finished (not ``active``): every env the caller does
         not hold is then one whose action waits.
         """
-        if np.count_nonzero(self.staged):
+        if self.has_staged:
             self.with_caller[:] = True
             self.staged[:] = 0
             self.staged_dynamic.clear()
+            self.has_staged = False
 
     def _nothing_out(self) -> str:
         message = "recv() was called with no envs in flight; send() or async_reset() first"
         waiting = np.flatnonzero(self.staged > 0)
         if len(waiting) == 0:
             return message
-        held = np.flatnonzero(self.with_caller & np.isin(self.engine.env_worker, waiting))
+        held = np.flatnonzero(self.with_caller & np.isin(self.plan.env_worker, waiting))
         return (
             f"{message}. Envs wait for their worker's other envs: a worker steps the envs it hosts together, "
             f"so send actions for envs {held.tolist()} too"
@@ -254,7 +270,7 @@ class AsyncBatches:
         if np.count_nonzero(counts) != len(env_ids):
             again = np.flatnonzero(counts > 1).tolist()
             raise ValueError(f"env_ids {env_ids.tolist()} name envs {again} more than once")
-        workers = np.flatnonzero(np.bincount(self.engine.env_worker[env_ids], minlength=len(self.sizes)))
+        workers = np.flatnonzero(np.bincount(self.plan.env_worker[env_ids], minlength=len(self.sizes)))
         whole = int(self.sizes[workers].sum()) == len(env_ids)
         ids = env_ids.copy()
         for array in (ids, workers):

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from vecshm.layout import Leaf, leaves
 from vecshm.memory import Field, Segment, SegmentPlan, mapping_array
+from vecshm.protocol import Arena
 
 __all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_codes"]
 
@@ -111,6 +112,7 @@ class BufferSpec:
             ("status", (w,), np.dtype(np.int64)),
             ("progress", (w,), np.dtype(np.int64)),
             ("obs_slot", (w,), np.dtype(np.int64)),
+            ("prev_slot", (w,), np.dtype(np.int64)),  # the slot of the command before (a restart reads it)
             ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
             ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
@@ -149,7 +151,7 @@ class Buffers:
     ``action_codes[env, i]`` says which one holds each env's action.
 
     Observations have several slots: a whole-batch command may write a slot that is lent out to
-    the caller (see :mod:`vecshm.slots`); slot 0 is the one partial batches and copies use. Async
+    the caller (see :mod:`vecshm.results`); slot 0 is the one partial batches and copies use. Async
     batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
     """
 
@@ -164,6 +166,7 @@ class Buffers:
         self.status = views["status"]
         self.progress = views["progress"]
         self.obs_slot = views["obs_slot"]
+        self.prev_slot = views["prev_slot"]
         self.busy = views["busy"]
         self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
@@ -178,6 +181,13 @@ class Buffers:
         self.final_obs_blob_len = views["final_obs_blob_len"]
         self.obs_blob_arena = views["obs_blob_arena"]
         self.final_obs_blob_arena = views["final_obs_blob_arena"]
+        # each arena of pickled values, with its per-env lengths, by kind
+        self.arenas = {
+            Arena.INFO: (self.info_len, self.info_arena),
+            Arena.FINAL_INFO: (self.final_info_len, self.final_info_arena),
+            Arena.OBS: (self.obs_blob_len, self.obs_blob_arena),
+            Arena.FINAL_OBS: (self.final_obs_blob_len, self.final_obs_blob_arena),
+        }
         self.action_codes = views["act_dtype"]
         # per fixed action leaf, its column of codes (1-d: cheaper to index than a 2-d array)
         self.action_code_columns = [self.action_codes[:, i] for i in range(len(spec.action_fixed))]

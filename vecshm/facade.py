@@ -2,22 +2,42 @@
 
 Each facade keeps its peer's API and state rules (SB3's ``waiting``, AsyncVectorEnv's pending-call
 states and messages) and shapes a :class:`~vecshm.results.Batch` as its peer would. Everything
-else about running envs is here or below: starting the engine, and ``send``/``recv`` over
-:class:`~vecshm.batching.AsyncBatches`.
+else about running envs is here or below: starting the engine, ``send``/``recv`` over
+:class:`~vecshm.batching.AsyncBatches`, and what a caller may inspect (``processes``, ``plan``,
+``runtime``, ``segment``, ``observer``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from vecshm.batching import AsyncBatches
+from vecshm.buffers import Buffers
 from vecshm.engine import Engine
+from vecshm.options import EngineOptions
+from vecshm.plan import VecEnvPlan
 from vecshm.results import Batch
+from vecshm.waiting import Ticket, WaitObserver
 
-__all__ = ["EngineFacade"]
+__all__ = ["EngineFacade", "Runtime"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a vec env runs, as decided when it started: ``start_method`` and ``transport``
+    (``"native"`` or ``"portable"``, see docs/design.md); ``worker_cores``: each process's cores
+    (None: not pinned); ``nbytes``: the shared segment's size; ``ring``: whether async batches
+    lend the observation rows the workers wrote (else they are copied; docs/design.md)."""
+
+    start_method: str
+    transport: str
+    worker_cores: list[list[int] | None]
+    nbytes: int
+    ring: bool
 
 
 class EngineFacade:
@@ -26,13 +46,14 @@ class EngineFacade:
     _engine: Engine
     _batches: AsyncBatches
     _last_batch: np.ndarray | None
+    _ticket: Ticket | None = None  # the whole-batch command pending between a *_async and its *_wait
 
     def _start_engine(self, env_fns: Sequence[Callable[[], Any]], batch_size: int | None, **options: Any) -> None:
-        """Start the workers (``options`` go to :class:`Engine`) and the async batches of ``batch_size``
-        envs; nothing is left running if either fails."""
-        # the engine sizes its commands for the batches (see Engine); AsyncBatches checks the size
+        """Start the workers (``options`` are :class:`~vecshm.options.EngineOptions`) and the async
+        batches of ``batch_size`` envs; nothing is left running if either fails."""
+        # the plan sizes its commands for the batches (see vecshm.plan); AsyncBatches checks the size
         batch = int(batch_size) if isinstance(batch_size, (int, np.integer)) else None
-        self._engine = Engine(env_fns, async_batch=batch, **options)
+        self._engine = Engine(env_fns, EngineOptions(async_batch=batch, **options))
         self._last_batch = None
         try:
             self._batches = AsyncBatches(self._engine, batch_size)
@@ -46,6 +67,49 @@ class EngineFacade:
         worker, each hosting ``envs_per_worker`` envs, so fewer than ``num_envs`` when a worker hosts
         several. A restarted worker's new process replaces its old one."""
         return list(self._engine.pool.processes)
+
+    @property
+    def plan(self) -> VecEnvPlan:
+        """Which envs each worker process hosts, and each command runs on (see :mod:`vecshm.plan`)."""
+        return self._engine.plan
+
+    @property
+    def runtime(self) -> Runtime:
+        engine = self._engine
+        return Runtime(
+            engine.start_method,
+            engine.transport.name,
+            [None if cores is None else list(cores) for cores in engine.worker_cores],
+            engine.nbytes,
+            self._batches.ring is not None,
+        )
+
+    @property
+    def segment(self) -> Buffers:
+        """The shared segment's arrays by name (control words, rewards, info arenas, observation
+        slots; see :mod:`vecshm.buffers`), for diagnostics: read them, never write them."""
+        return self._engine.buffers
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether envs sent with ``send`` (or ``async_reset``) have not all come back from ``recv`` yet."""
+        return self._batches.active
+
+    @property
+    def observer(self) -> WaitObserver | None:
+        """An object told of every wait for workers, and every sleep within one (None: none); see
+        :class:`vecshm.waiting.WaitObserver`. For benchmarks and profilers: the step path checks
+        for it once per wait."""
+        return self._engine.waiter.observer
+
+    @observer.setter
+    def observer(self, observer: WaitObserver | None) -> None:
+        self._engine.waiter.observer = observer
+
+    def _whole_slot(self, copy: bool) -> int:
+        """Where a whole batch's observations go: a free slot that ``wait_all`` lends with them
+        (``copy``), else slot 0, which its views share with the next command."""
+        return self._engine.slots.acquire() if copy else 0
 
     def _check_send(self) -> None:
         """Raise if the facade's state does not allow ``send`` now (each peer has its own rules)."""

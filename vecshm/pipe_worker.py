@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from vecshm.errors import FailedError, WorkerDiedError
-from vecshm.pool import describe_exit, end_processes
+from vecshm.processes import describe_exit, end_processes
 from vecshm.vector_env import ShmVectorEnv, check_worker_signature
 from vecshm.worker import exit_with_parent
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from enum import Enum, IntEnum
 from typing import Any
 
-__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "receive_addressed"]
+__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "Message", "Arena", "receive_addressed"]
 
 
 class Command(IntEnum):
@@ -45,6 +45,27 @@ class CallOp(IntEnum):
     ENV_METHOD = 4
     IS_WRAPPED = 5
     RENDER = 6
+
+
+class Message(str, Enum):
+    """The tag of a message on a worker's control socket (the first item of its tuple)."""
+
+    READY = "ready"  # worker -> parent: the envs exist; their spaces follow
+    ATTACH = "attach"  # parent -> worker: map the segment (its spec, and its name or descriptor)
+    ATTACHED = "attached"  # worker -> parent: the segment is mapped
+    CLOSE = "close"  # parent -> worker, before the segment exists: close the envs and exit
+    OK = "ok"  # worker -> parent: a rare call's results follow
+    ERROR = "error"  # worker -> parent: an env raised; the error records follow
+
+
+class Arena(str, Enum):
+    """Which per-env arena of the segment a pickled value lives in (or, piped, would have): the
+    key of the values that come over the socket beside the segment, ``(Arena, env)``."""
+
+    INFO = "info"  # the step's (or reset's) info
+    FINAL_INFO = "final"  # the info of the episode that just ended
+    OBS = "obs"  # the observation's dynamic leaves
+    FINAL_OBS = "final_obs"  # the whole final observation of the episode that just ended
 
 
 class Phase(str, Enum):

@@ -1,7 +1,7 @@
 """Where async batches land: a ring of output units that workers claim in the order they finish.
 
 An async ``recv()`` returns the first workers to finish. For their observations to come back
-without a copy, as a synchronous batch's do (see :mod:`vecshm.slots`), they must lie side by side
+without a copy, as a synchronous batch's do (see :mod:`vecshm.results`), they must lie side by side
 in the order the workers finished. So a worker that has stepped its envs claims the next free
 *unit* (one row per env it hosts) and writes its observations there.
 
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from vecshm.buffers import Buffers
-from vecshm.slots import lend_arrays
+from vecshm.results import lend_arrays
 
 __all__ = ["UnitPipe", "UnitRing", "CLAIM", "ring_units", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
 

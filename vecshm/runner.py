@@ -20,7 +20,7 @@ from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
 from vecshm.pickling import Pickled, dumps
-from vecshm.protocol import AutoReset, CallOp, Command, Phase, Status
+from vecshm.protocol import Arena, AutoReset, CallOp, Command, Message, Phase, Status
 from vecshm.ring import CLAIM
 
 if TYPE_CHECKING:
@@ -191,7 +191,6 @@ class EnvRunner:
 
     def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
         """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
-        b = self.buffers
         if self.needs_reset[offset]:
             obs, info = self._reset_ended(offset, env)
             self.needs_reset[offset] = False
@@ -201,13 +200,13 @@ class EnvRunner:
             if term or trunc:
                 if self.autoreset is AutoReset.SAME_STEP:
                     # the final observation as the env returned it (the peers hand it on unchanged)
-                    self._write_blob(b.final_obs_blob_len, b.final_obs_blob_arena, index, obs, "final_obs")
-                    self._write_info(b.final_info_len, b.final_info_arena, index, info, "final")
+                    self._write_blob(Arena.FINAL_OBS, index, obs)
+                    self._write_info(Arena.FINAL_INFO, index, info)
                     obs, info = env.reset()
                 elif self.autoreset is AutoReset.NEXT_STEP:
                     self.needs_reset[offset] = True
         self.last_obs[offset] = obs
-        self._write_info(b.info_len, b.info_arena, index, info, "info")
+        self._write_info(Arena.INFO, index, info)
         return obs, reward, term, trunc
 
     def reset_ended_ahead(self) -> None:
@@ -331,7 +330,7 @@ class EnvRunner:
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
             ) from None
         if self.obs_dynamic:
-            self._write_blob(self.buffers.obs_blob_len, self.buffers.obs_blob_arena, index, dynamic, "obs")
+            self._write_blob(Arena.OBS, index, dynamic)
 
     def _reset_all(self, requests: list[dict[str, Any] | None]) -> list[Any]:
         """Reset the requested envs; their observations, and for the others (a partial reset) their
@@ -350,7 +349,7 @@ class EnvRunner:
                     # zeros (AsyncVectorEnv's shared memory), its pickled leaves as None (the None
                     # its worker sends without shared memory).
                     nones = [None] * sum(leaf.dynamic for leaf in self.obs_leaves)
-                    self._write_blob(b.obs_blob_len, b.obs_blob_arena, index, nones, "obs")
+                    self._write_blob(Arena.OBS, index, nones)
                 continue
             observations.append(UNCHANGED)
             self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
@@ -364,26 +363,28 @@ class EnvRunner:
                 b.terminated[index] = False
                 b.truncated[index] = False
                 b.final_info_len[index] = INFO_EMPTY
-                self._write_info(b.info_len, b.info_arena, index, info, "info")
+                self._write_info(Arena.INFO, index, info)
             except Exception as exc:
                 failures.append(RemoteError(exc, index, Phase.RESET))
         if failures:
             raise _EnvFailure(failures)
         return observations
 
-    def _write_info(self, lengths: np.ndarray, arena: np.ndarray, index: int, info: dict, kind: str) -> None:
+    def _write_info(self, kind: Arena, index: int, info: dict) -> None:
         """An info as typed columns when it is a flat dict of numbers, else pickled (see vecshm.info_columns)."""
+        lengths, arena = self.buffers.arenas[kind]
         if not info:
             lengths[index] = INFO_EMPTY
             return
         length = self.info_columns.write(info, arena, index)
         if length is None:
-            self._write_blob(lengths, arena, index, info, kind)
+            self._write_blob(kind, index, info)
         else:
             lengths[index] = length
 
-    def _write_blob(self, lengths: np.ndarray, arena: np.ndarray, index: int, value: Any, kind: str) -> None:
+    def _write_blob(self, kind: Arena, index: int, value: Any) -> None:
         """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
+        lengths, arena = self.buffers.arenas[kind]
         blob = dumps(value)
         if len(blob) <= arena.shape[1]:
             arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
@@ -400,7 +401,7 @@ class EnvRunner:
         try:  # still pickled when a Ray actor passed them on (their modules load here, not there)
             args = args.load() if isinstance(args, Pickled) else args
         except Exception as exc:  # their module is not installed here, or fails to import
-            self.conn.send(("error", [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]))
+            self.conn.send((Message.ERROR, [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]))
             return
         for index in indices:
             try:  # each result pickled here, so that one nothing can pickle is that env's error
@@ -408,7 +409,7 @@ class EnvRunner:
             except Exception as exc:
                 what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
                 failures.append(RemoteError(exc, index, what))
-        self.conn.send(("error", failures) if failures else ("ok", results))
+        self.conn.send((Message.ERROR, failures) if failures else (Message.OK, results))
 
 
 def _has_attr(env: gym.Env, name: str) -> bool:

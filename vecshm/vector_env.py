@@ -19,11 +19,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
-from vecshm.engine import DEFAULT_INFO_BYTES, tuple_of_values
+from vecshm.calls import call
 from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.facade import EngineFacade
 from vecshm.info_batching import batch_infos, batch_records
-from vecshm.protocol import AutoReset, CallOp, Phase
+from vecshm.options import DEFAULT_INFO_BYTES, tuple_of_values
+from vecshm.protocol import AutoReset, CallOp
 from vecshm.results import Batch
 from vecshm.start_methods import gymnasium_start_method
 
@@ -135,8 +136,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             self._init_spaces(observation_mode)
             if shared_memory:
                 _refuse_what_shared_memory_refuses(self.single_observation_space)
-            metadata = self._engine.call(CallOp.GET_ATTR, [0], "metadata")[0]
-            render_mode = self._engine.call(CallOp.GET_ATTR, [0], "render_mode")[0]
+            metadata = call(self._engine, CallOp.GET_ATTR, [0], "metadata")[0]
+            render_mode = call(self._engine, CallOp.GET_ATTR, [0], "render_mode")[0]
         except BaseException:
             self.close()
             raise
@@ -175,18 +176,19 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             options = dict(options)
             mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
-        self._batches.forget_staged()
+        if self._batches.has_staged:
+            self._batches.forget_staged()
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
-        self._engine.send_reset(requests, self.copy)
+        self._ticket = self._engine.send_resets(requests, self._whole_slot(self.copy))
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         self._assert_is_running()
         self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
         try:
-            batch = self._engine.wait_all(Phase.RESET, timeout=timeout)
+            batch = self._engine.wait_all(self._ticket, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:
@@ -207,15 +209,16 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
-        self._batches.forget_staged()
-        self._engine.send_step(actions, self.copy)
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        self._ticket = self._engine.send_step(actions, self.copy)
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         self._assert_is_running()
         self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
         try:
-            batch = self._engine.wait_all(Phase.STEP, timeout=timeout)
+            batch = self._engine.wait_all(self._ticket, timeout=timeout)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
         finally:
@@ -291,7 +294,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         try:
-            return tuple(self._engine.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+            return tuple(call(self._engine, CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
         except WorkerError as error:
             _raise_as_async_vector_env(error)
 
@@ -310,7 +313,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._expect_state(_State.DEFAULT, "set_attr")
         try:
             for i, value in enumerate(values):
-                self._engine.call(CallOp.SET_ATTR, [i], name, value, True)
+                call(self._engine, CallOp.SET_ATTR, [i], name, value, True)
         except WorkerError as error:
             _raise_as_async_vector_env(error)
 

@@ -32,7 +32,7 @@ from vecshm.errors import RemoteError
 from vecshm.guard import alive, start_guard, worker_mark
 from vecshm.memory import NamedSegment, Segment
 from vecshm.pickling import dumps
-from vecshm.protocol import AutoReset, Command, Phase, receive_addressed
+from vecshm.protocol import AutoReset, Command, Message, Phase, receive_addressed
 from vecshm.registry import adopt_registry
 from vecshm.ring import UnitPipe
 from vecshm.runner import EnvRunner
@@ -114,14 +114,14 @@ def _run(spec: WorkerSpec) -> bool:
         return False
     # vecshm.pickling: a Space subclass defined in the user's main script must come back too
     try:
-        conn.send(("ready", dumps([(env.observation_space, env.action_space) for env in envs])))
+        conn.send((Message.READY, dumps([(env.observation_space, env.action_space) for env in envs])))
     except (BrokenPipeError, ConnectionResetError):  # the vec env gave up on us while the envs were built
         _close_envs(envs)
         return False
     message = _recv_or_orphaned(conn, parent)
-    if message is None or message[0] != "attach":
+    if message is None or message[0] != Message.ATTACH:
         _close_envs(envs)
-        return message is not None and message[0] == "close"
+        return message is not None and message[0] == Message.CLOSE
     buffer_spec: BufferSpec = message[1]
     name: str | None = message[2]
     size = buffer_spec.plan().size
@@ -131,7 +131,7 @@ def _run(spec: WorkerSpec) -> bool:
     # Commands start after "attached" reaches the parent; a restarted worker must not replay the
     # command its predecessor died in, so the first command to serve is the next one.
     seen = buffers.cmd_seq[spec.hosted].tolist()
-    conn.send(("attached",))
+    conn.send((Message.ATTACHED,))
     try:
         return _serve(spec, envs, buffers, parent, seen)
     finally:
@@ -194,7 +194,7 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
 
 def _report_construction_error(spec: WorkerSpec, exc: Exception, index: int) -> None:
     try:
-        spec.conn.send(("error", RemoteError(exc, index, Phase.CONSTRUCTION)))
+        spec.conn.send((Message.ERROR, RemoteError(exc, index, Phase.CONSTRUCTION)))
     except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
         pass
 

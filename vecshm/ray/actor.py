@@ -121,7 +121,7 @@ class EnvHost:
 
     def worker_pids(self) -> list[int]:
         """The pids of this actor's vecshm worker processes (for tests and for diagnosing a node)."""
-        return [] if self.venv is None else [p.pid for p in self.venv._engine.pool.processes]
+        return [] if self.venv is None else [p.pid for p in self.venv.processes]
 
     def close(self) -> None:
         if self.venv is not None:

@@ -21,7 +21,7 @@ from vecshm.errors import (
     WorkerError,
     remote_errors,
 )
-from vecshm.pool import describe_envs, describe_exit
+from vecshm.processes import describe_envs, describe_exit
 
 __all__ = ["Failure", "capture", "actor_died", "to_exception"]
 

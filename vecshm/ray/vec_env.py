@@ -19,7 +19,7 @@ from vecshm.actions import batch_actions
 from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
 from vecshm.layout import tree_map
 from vecshm.pickling import Pickled, PickledFactory, factories_by_value
-from vecshm.pool import describe_envs
+from vecshm.processes import describe_envs
 from vecshm.protocol import Phase
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.failures import Failure, actor_died, to_exception

@@ -9,11 +9,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.engine import DEFAULT_INFO_BYTES
+from vecshm.calls import call, call_pickled
 from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.facade import EngineFacade
+from vecshm.options import DEFAULT_INFO_BYTES
 from vecshm.pickling import Pickled
-from vecshm.protocol import AutoReset, CallOp, Phase
+from vecshm.protocol import AutoReset, CallOp
 from vecshm.results import Batch
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
@@ -112,8 +113,9 @@ class ShmVecEnv(EngineFacade, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         self._check_idle("step_async")
-        self._batches.forget_staged()
-        self._engine.send_step(actions, self.copy)
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        self._ticket = self._engine.send_step(actions, self.copy)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -121,9 +123,10 @@ class ShmVecEnv(EngineFacade, VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         try:
-            batch = self._engine.wait_all(Phase.STEP)
+            batch = self._engine.wait_all(self._ticket)
         finally:
             self.waiting = False
+            self._ticket = None
         obs, rewards, terminated, truncated, infos = self._results(batch)
         return obs, rewards, terminated | truncated, infos
 
@@ -180,10 +183,10 @@ class ShmVecEnv(EngineFacade, VecEnv):
         self._engine.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
             self.waiting = False
-            self._engine.wait_all(Phase.STEP)
+            self._engine.wait_all(self._ticket)
         self._batches.drain()
-        self._engine.send_reset(self._reset_requests(), self.copy)
-        batch = self._engine.wait_all(Phase.RESET)
+        ticket = self._engine.send_resets(self._reset_requests(), self._whole_slot(self.copy))
+        batch = self._engine.wait_all(ticket)
         self.reset_infos = batch.infos()
         self._reset_seeds()
         self._reset_options()
@@ -209,10 +212,10 @@ class ShmVecEnv(EngineFacade, VecEnv):
         engine = getattr(self, "_engine", None)
         if engine is None:
             return f"{type(self).__name__}(<not started>)"
-        sizes = sorted({b - a for a, b in engine.process_slices})
+        sizes = sorted({b - a for a, b in engine.plan.process_slices})
         per_worker = "/".join(map(str, sizes))
         return (
-            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.num_processes}x{per_worker} envs, "
+            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.plan.num_processes}x{per_worker} envs, "
             f"start_method={engine.start_method!r}, shared={engine.nbytes / 2**20:.2f} MiB, "
             f"{'closed' if self.closed else 'open'})"
         )
@@ -252,13 +255,13 @@ class ShmVecEnv(EngineFacade, VecEnv):
         call's to ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
         op, call_args = SB3_CALLS[name](*args, **kwargs)
         self._check_idle(name)
-        return self._engine.call(op, env_ids, *call_args)
+        return call(self._engine, op, env_ids, *call_args)
 
     def _call_pickled(self, name: str, op: CallOp, env_ids: Sequence[int], args: Pickled) -> list[bytes]:
         """:meth:`_call` with the engine's arguments still pickled and the results left pickled, for
         a Ray actor that passes both on (:class:`~vecshm.pickling.Pickled` says why)."""
         self._check_idle(name)
-        return self._engine.call_pickled(op, env_ids, args)
+        return call_pickled(self._engine, op, env_ids, args)
 
     def _check_idle(self, name: str) -> None:
         """Raise unless the vec env is usable and no step holds its workers (``name``: the caller's method)."""

@@ -1,0 +1,115 @@
+"""Which of vecshm's files one step passes through: the check that the step path stays short.
+
+Traces one step of 8 ``vecshm/Frames-v0`` envs (default options) with ``sys.setprofile`` in the
+parent, on both facades, sync and async, and prints for each half of the step the vecshm files it
+entered, in order, and how many calls it made into vecshm::
+
+    python benchmarks/trace_step_path.py
+
+The halves are: ``ShmVecEnv.step_async`` / ``ShmVectorEnv.step_async`` / ``send`` up to the last
+doorbell rung (the actions are in the segment by then), and ``step_wait`` / ``recv`` up to the
+arrays returned. Only the parent is traced: the workers' side of a step is one loop in one file.
+A step is traced after a few untraced ones, so that caches (the checked env ids of async batches,
+the spinner's history) are as in a running loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import vecshm
+import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
+from vecshm import ShmVecEnv, ShmVectorEnv
+
+N_ENVS = 8
+ENV_ID = "vecshm/Frames-v0"
+ROOT = os.path.dirname(os.path.abspath(vecshm.__file__))
+BELL_FUNCTIONS = ("ring",)  # a doorbell's ``ring``: the last call of the sending half
+
+
+def _trace(call: Callable[[], Any], doorbell_file: str | None) -> tuple[list[str], int]:
+    """The vecshm files ``call`` entered (in first-entry order), and its calls into vecshm.
+
+    With ``doorbell_file``, what follows the last doorbell rung in that file is left out (the
+    sending half ends there)."""
+    events: list[tuple[str, str]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            path = frame.f_code.co_filename
+            if path.startswith(ROOT):
+                events.append((os.path.relpath(path, os.path.dirname(ROOT)), frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    if doorbell_file is not None:
+        rung = [k for k, (path, name) in enumerate(events) if path == doorbell_file and name in BELL_FUNCTIONS]
+        if rung:
+            events = events[: rung[-1] + 1]
+    return list(dict.fromkeys(path for path, _ in events)), len(events)
+
+
+def _bell_file() -> str:
+    return os.path.relpath(sys.modules["vecshm.sync"].__file__ or "", os.path.dirname(ROOT))
+
+
+def trace_sb3_sync(venv: ShmVecEnv, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+    for _ in range(5):
+        venv.step(actions)
+    return {
+        "step_async": _trace(lambda: venv.step_async(actions), _bell_file()),
+        "step_wait": _trace(venv.step_wait, None),
+    }
+
+
+def trace_gym_sync(envs: ShmVectorEnv, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+    for _ in range(5):
+        envs.step(actions)
+    return {
+        "step_async": _trace(lambda: envs.step_async(actions), _bell_file()),
+        "step_wait": _trace(envs.step_wait, None),
+    }
+
+
+def trace_async(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+    """Async batches of half the envs: ``send`` of one batch, then ``recv`` of the next."""
+    venv.async_reset()
+    half = len(actions) // 2
+    ids = venv.recv()[-1]
+    for _ in range(6):
+        venv.send(actions[:half], ids)
+        ids = venv.recv()[-1]
+    traced = {"send": _trace(lambda: venv.send(actions[:half], ids), _bell_file())}
+    traced["recv"] = _trace(venv.recv, None)
+    return traced
+
+
+def main() -> None:
+    actions = np.zeros(N_ENVS, dtype=np.int64)
+    fns = [lambda: __import__("gymnasium").make(ENV_ID) for _ in range(N_ENVS)]
+    cases: list[tuple[str, Callable[[], Any], Callable[[Any], dict]]] = [
+        ("ShmVecEnv sync", lambda: ShmVecEnv(fns), lambda v: (v.reset(), trace_sb3_sync(v, actions))[1]),
+        ("ShmVectorEnv sync", lambda: ShmVectorEnv(fns), lambda v: (v.reset(seed=0), trace_gym_sync(v, actions))[1]),
+        ("ShmVecEnv async", lambda: ShmVecEnv(fns, batch_size=N_ENVS // 2), lambda v: trace_async(v, actions)),
+        ("ShmVectorEnv async", lambda: ShmVectorEnv(fns, batch_size=N_ENVS // 2), lambda v: trace_async(v, actions)),
+    ]
+    for name, make, run in cases:
+        venv = make()
+        try:
+            traced = run(venv)
+        finally:
+            venv.close()
+        for half, (files, calls) in traced.items():
+            print(f"{name:<20} {half:<11} {len(files)} files, {calls:3d} calls: {' > '.join(files)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """vecshm: vectorized RL environments on shared memory, a drop-in for SB3's SubprocVecEnv."""
 
 from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
+from vecshm import pipe_worker as _pipe_worker  # noqa: F401  (ShmVectorEnv(worker=...) runs on it)
 from vecshm import sb3 as _sb3
 from vecshm.affinity import Topology, topology
 from vecshm.errors import (

@@ -28,8 +28,9 @@ from typing import Any, NoReturn
 from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from vecshm.errors import FailedError, WorkerDiedError
+from vecshm.gym_rules import check_worker_signature
 from vecshm.processes import describe_exit, end_processes
-from vecshm.vector_env import ShmVectorEnv, check_worker_signature
+from vecshm.vector_env import ShmVectorEnv
 from vecshm.worker import exit_with_parent
 
 __all__ = ["ShmVectorEnvOnPipes", "custom_worker_argument"]
@@ -216,3 +217,11 @@ for _name in (
     setattr(ShmVectorEnvOnPipes, _name, _naming_dead_workers(getattr(AsyncVectorEnv, _name)))
 for _name in ("reset", "step", "call"):  # get_attr and render go through call
     setattr(ShmVectorEnvOnPipes, _name, _marking_interrupts(getattr(AsyncVectorEnv, _name)))
+
+
+def _class_for_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> type | None:
+    """``ShmVectorEnvOnPipes`` for a ``ShmVectorEnv(...)`` call that passes a custom ``worker``."""
+    return ShmVectorEnvOnPipes if custom_worker_argument(args, kwargs) is not None else None
+
+
+ShmVectorEnv._class_for_call = _class_for_call

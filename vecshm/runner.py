@@ -15,12 +15,12 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, action_dtypes, reward_codes
-from vecshm.env_util import is_wrapped
+from vecshm.env_util import answer_call
 from vecshm.errors import RemoteError
 from vecshm.info_columns import ColumnWriter
 from vecshm.layout import assemble, check_leaf_value, flatten, merge_leaves
-from vecshm.pickling import Pickled, dumps
-from vecshm.protocol import Arena, AutoReset, CallOp, Command, Message, Phase, Status
+from vecshm.pickling import dumps
+from vecshm.protocol import Arena, AutoReset, Command, Phase, Status
 from vecshm.ring import CLAIM
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class EnvRunner:
 
     def run(self, command: Command, seq: int) -> None:
         if command is Command.CALL:
-            self._call()
+            answer_call(self.conn, self.envs, self.start)
             return
         self.piped = {}
         during = Phase.STEP if command is Command.STEP else Phase.RESET
@@ -392,53 +392,3 @@ class EnvRunner:
         else:
             lengths[index] = INFO_PIPED
             self.piped[(kind, index)] = blob
-
-    # -- rare calls -------------------------------------------------------------------------------
-
-    def _call(self) -> None:
-        op, indices, args = self.conn.recv()
-        results, failures = [], []
-        try:  # still pickled when a Ray actor passed them on (their modules load here, not there)
-            args = args.load() if isinstance(args, Pickled) else args
-        except Exception as exc:  # their module is not installed here, or fails to import
-            self.conn.send((Message.ERROR, [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]))
-            return
-        for index in indices:
-            try:  # each result pickled here, so that one nothing can pickle is that env's error
-                results.append(dumps(_CALLS[op](self.envs[index - self.start], *args)))
-            except Exception as exc:
-                what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
-                failures.append(RemoteError(exc, index, what))
-        self.conn.send((Message.ERROR, failures) if failures else (Message.OK, results))
-
-
-def _has_attr(env: gym.Env, name: str) -> bool:
-    try:
-        env.get_wrapper_attr(name)
-    except AttributeError:
-        return False
-    return True
-
-
-def _set_attr(env: gym.Env, name: str, value: Any, through_wrappers: bool) -> None:
-    if through_wrappers:
-        env.set_wrapper_attr(name, value)
-    else:
-        setattr(env, name, value)
-
-
-def _env_method(env: gym.Env, name: str, args: tuple, kwargs: dict, call_if_callable: bool) -> Any:
-    attr = env.get_wrapper_attr(name)
-    if call_if_callable and not callable(attr):
-        return attr
-    return attr(*args, **kwargs)
-
-
-_CALLS: dict[int, Callable[..., Any]] = {
-    CallOp.GET_ATTR: lambda env, name: env.get_wrapper_attr(name),
-    CallOp.SET_ATTR: _set_attr,
-    CallOp.HAS_ATTR: _has_attr,
-    CallOp.ENV_METHOD: _env_method,
-    CallOp.IS_WRAPPED: is_wrapped,
-    CallOp.RENDER: lambda env: env.render(),
-}

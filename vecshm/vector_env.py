@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import functools
-import inspect
-import re
 import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, NoReturn
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import logger
-from gymnasium.error import CustomSpaceError
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.async_vector_env import _async_worker
-from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecshm.calls import call
-from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, SpaceMismatchError, WorkerError
+from vecshm.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
 from vecshm.facade import EngineFacade
-from vecshm.info_batching import batch_infos, batch_records
+from vecshm.gym_rules import (
+    InfoBatch,
+    check_async_options,
+    check_reset_mask,
+    check_spaces,
+    raise_as_async_vector_env,
+    refuse_what_shared_memory_refuses,
+    seed_list,
+    vector_infos,
+)
 from vecshm.options import DEFAULT_INFO_BYTES, tuple_of_values
 from vecshm.protocol import AutoReset, CallOp
 from vecshm.results import Batch
@@ -35,15 +39,6 @@ _AUTORESET = {
     AutoresetMode.SAME_STEP: AutoReset.SAME_STEP,
     AutoresetMode.DISABLED: AutoReset.DISABLED,
 }
-
-
-class _InfoBatch:
-    """Gymnasium's info batching (``VectorEnv._add_info``) for a batch smaller than ``num_envs``."""
-
-    _add_info = gym.vector.VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
 
 
 class _State(Enum):
@@ -67,11 +62,15 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     see :mod:`vecshm.pipe_worker`.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> ShmVectorEnv:
-        from vecshm.pipe_worker import ShmVectorEnvOnPipes, custom_worker_argument
+    # Set by vecshm.pipe_worker (imported with vecshm): given a call's arguments, the subclass that
+    # runs a custom ``worker`` on AsyncVectorEnv's pipes, or None. A hook, not an import of it
+    # here: that subclass derives from this class, so each importing the other would be a circle.
+    _class_for_call: Callable[[tuple[Any, ...], dict[str, Any]], type | None] | None = None
 
-        if cls is ShmVectorEnv and custom_worker_argument(args, kwargs) is not None:
-            cls = ShmVectorEnvOnPipes
+    def __new__(cls, *args: Any, **kwargs: Any) -> ShmVectorEnv:
+        chooser = ShmVectorEnv._class_for_call
+        if cls is ShmVectorEnv and chooser is not None:
+            cls = chooser(args, kwargs) or cls
         return super().__new__(cls)
 
     def __init__(
@@ -105,7 +104,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self.daemon = daemon
         self.observation_mode = observation_mode
         self.autoreset_mode = AutoresetMode(autoreset_mode)
-        _check_async_options(worker, observation_mode, max_concurrency)
+        check_async_options(worker, observation_mode, max_concurrency)
         if reset_ahead and self.autoreset_mode is not AutoresetMode.NEXT_STEP:
             raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
@@ -123,7 +122,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             cpu_affinity=cpu_affinity,
             pin_parent=pin_parent,
             limit_threads=limit_threads,
-            check_spaces=functools.partial(_check_spaces, observation_mode),
+            check_spaces=functools.partial(check_spaces, observation_mode),
             batch_dynamic=tuple_of_values,
             max_workers=max_concurrency,
         )
@@ -135,7 +134,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         try:
             self._init_spaces(observation_mode)
             if shared_memory:
-                _refuse_what_shared_memory_refuses(self.single_observation_space)
+                refuse_what_shared_memory_refuses(self.single_observation_space)
             metadata = call(self._engine, CallOp.GET_ATTR, [0], "metadata")[0]
             render_mode = call(self._engine, CallOp.GET_ATTR, [0], "render_mode")[0]
         except BaseException:
@@ -169,12 +168,12 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
 
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         self._assert_is_running()
-        seeds = _seed_list(seed, self.num_envs)
+        seeds = seed_list(seed, self.num_envs)
         self._expect_state(_State.DEFAULT, "reset_async")
         mask = np.ones(self.num_envs, dtype=bool)
         if options is not None and "reset_mask" in options:
             options = dict(options)
-            mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
+            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
         if self._batches.has_staged:
             self._batches.forget_staged()
@@ -190,11 +189,11 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         try:
             batch = self._engine.wait_all(self._ticket, timeout=timeout)
         except WorkerError as error:
-            _raise_as_async_vector_env(error)
+            raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
         chosen = np.flatnonzero(self._reset_mask)
-        return batch.observations(self.copy), _vector_infos(batch, self.num_envs, chosen, chosen, self)
+        return batch.observations(self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -220,7 +219,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         try:
             batch = self._engine.wait_all(self._ticket, timeout=timeout)
         except WorkerError as error:
-            _raise_as_async_vector_env(error)
+            raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
         return self._results(batch)
@@ -233,7 +232,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
         if finals:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
-            adder = self if batch.env_ids is None else _InfoBatch(len(ids))
+            adder = self if batch.env_ids is None else InfoBatch(len(ids))
             infos: dict[str, Any] = {}
             for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
                 if i in finals:
@@ -243,7 +242,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         else:
             whole = batch.env_ids is None
             id_array = self._all_ids if whole else batch.env_ids
-            infos = _vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
+            infos = vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
         return batch.observations(self.copy), batch.rewards, batch.terminated, batch.truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
@@ -252,7 +251,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "async_reset")
-        self._batches.reset([{"seed": s, "options": options} for s in _seed_list(seed, self.num_envs)])
+        self._batches.reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
     def _check_send(self) -> None:
         self._assert_is_running()
@@ -267,7 +266,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         try:
             batch = self._recv_batch(timeout)
         except WorkerError as error:
-            _raise_as_async_vector_env(error)
+            raise_as_async_vector_env(error)
         return (*self._results(batch), batch.env_ids)
 
     # -- calls ------------------------------------------------------------------------------------
@@ -296,7 +295,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         try:
             return tuple(call(self._engine, CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
         except WorkerError as error:
-            _raise_as_async_vector_env(error)
+            raise_as_async_vector_env(error)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -315,7 +314,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             for i, value in enumerate(values):
                 call(self._engine, CallOp.SET_ATTR, [i], name, value, True)
         except WorkerError as error:
-            _raise_as_async_vector_env(error)
+            raise_as_async_vector_env(error)
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
@@ -384,189 +383,3 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def _expect_pending(self, state: _State, call: str, opener: str) -> None:
         if self._state is not state:
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
-
-
-def _vector_infos(
-    batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: ShmVectorEnv | None
-) -> dict[str, Any]:
-    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
-    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
-    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
-    records = batch.info_records(env_ids)
-    if records is not None:
-        if records.schema is None:  # no env has an info
-            return {}
-        vector_infos = batch_records(size, at[records.positions], records)
-        if vector_infos is not None:
-            return vector_infos
-    infos: list[dict[str, Any]] = [{} for _ in range(size)]
-    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
-        infos[k] = info
-    adder = vector_env if vector_env is not None else _InfoBatch(size)
-    return batch_infos(size, infos, adder._add_info)
-
-
-def _raise_as_async_vector_env(error: WorkerError) -> NoReturn:
-    """Env failures logged and raised as AsyncVectorEnv does: each failing env's traceback through
-    ``gymnasium.logger.error``, then the last failure raised (still a ``WorkerError`` with the env
-    index and command, and an instance of the env's own exception type). Called from ``except``
-    clauses, so the step path pays nothing for it."""
-    errors = error.errors or [error]
-    for failure in errors:
-        logger.error(f"Received the following error from Worker-{failure.env_index} - Shutting it down")
-        logger.error(f"{failure.remote_traceback}")
-    logger.error("Raising the last exception back to the main process.")
-    raise errors[-1] from None
-
-
-def check_worker_signature(worker: Callable[..., None]) -> None:
-    """AsyncVectorEnv's first check of a custom ``worker``: it must take the arguments Gymnasium's
-    own worker takes (its error, word for word). A subclass of ShmVectorEnv refuses any after it."""
-    expected = inspect.signature(_async_worker)
-    try:
-        inspect.signature(worker).bind(*(None,) * len(expected.parameters))
-    except TypeError as error:
-        raise ValueError(
-            f"A custom `worker` must accept {len(expected.parameters)} arguments. Got the signature "
-            f"{inspect.signature(worker)} which should match {expected}."
-        ) from error
-
-
-def _check_async_options(worker: Any, observation_mode: Any, max_concurrency: Any) -> None:
-    """AsyncVectorEnv's argument checks, with its exception types and messages."""
-    if max_concurrency is not None:
-        if not isinstance(max_concurrency, (int, np.integer)):
-            raise ValueError(f"`max_concurrency` must be an integer or None, got {type(max_concurrency)}.")
-        if max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be a positive or None, got {max_concurrency}.")
-    if worker is not None:  # only a subclass gets here (ShmVectorEnv itself runs it on pipes)
-        check_worker_signature(worker)
-        raise ValueError(
-            "a subclass of ShmVectorEnv runs vecshm's own worker loop, so it cannot take a custom `worker`; "
-            "ShmVectorEnv itself runs one on Gymnasium's AsyncVectorEnv pipe protocol"
-        )
-    if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
-        if not all(isinstance(space, gym.Space) for space in observation_mode):
-            raise TypeError(
-                "Expected both elements of observation_mode to be Spaces, "
-                f"got {type(observation_mode[0])} and {type(observation_mode[1])}"
-            )
-    elif observation_mode not in ("same", "different"):
-        raise ValueError(
-            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch observation "
-            f"space, actual got {observation_mode}"
-        )
-
-
-class _NoAllocation:
-    """A stand-in multiprocessing context for Gymnasium's ``create_shared_memory``: its checks run,
-    nothing is allocated."""
-
-    @staticmethod
-    def Array(*args: Any, **kwargs: Any) -> None:  # noqa: N802  (multiprocessing's name)
-        return None
-
-
-def _refuse_what_shared_memory_refuses(space: gym.Space) -> None:
-    """Raise what ``AsyncVectorEnv(shared_memory=True)`` raises for an observation space it cannot
-    put in shared memory: a ``TypeError`` for Sequence and Graph (no fixed shape), a ``ValueError``
-    for a custom ``Space``. vecshm itself could take them (it pickles the leaves without a fixed
-    size), but a drop-in raises where its peer raises; ``shared_memory=False`` takes every space in
-    both. Gymnasium's own ``create_shared_memory`` decides, with nothing allocated."""
-    try:
-        create_shared_memory(space, n=1, ctx=_NoAllocation)
-    except CustomSpaceError as error:
-        raise ValueError(
-            "Using `AsyncVector(..., shared_memory=True)` caused an error, you can disable this feature with "
-            "`shared_memory=False` however this is slower."
-        ) from error
-
-
-def _check_spaces(observation_mode: Any, env_spaces: list[tuple[gym.Space, gym.Space]]) -> None:
-    """AsyncVectorEnv's ``_check_spaces``: every env's spaces against env 0's, same errors and messages."""
-    single_obs, single_action = env_spaces[0]
-    if isinstance(observation_mode, tuple):
-        single_obs = observation_mode[1]
-    elif observation_mode == "different":
-        try:  # AsyncVectorEnv's first check in this mode, with its message
-            batch_differing_spaces([obs for obs, _ in env_spaces])
-        except (ValueError, AssertionError, TypeError) as error:
-            raise SpaceMismatchError(str(error)) from error
-    for obs_space, _ in env_spaces:
-        same = (
-            single_obs == obs_space if observation_mode == "same" else is_space_dtype_shape_equiv(single_obs, obs_space)
-        )
-        if not same and observation_mode == "same":
-            raise SpaceMismatchError(
-                "AsyncVectorEnv(..., observation_mode='same') however some of the sub-environments observation spaces "
-                "are not equivalent. If this is intentional, use `observation_mode='different'` instead."
-            )
-        if not same:
-            raise SpaceMismatchError(
-                "AsyncVectorEnv(..., observation_mode='different' or custom space) however the sub-environment's "
-                "observation spaces do not share a common shape and dtype."
-            )
-    if not all(action_space == single_action for _, action_space in env_spaces):
-        raise SpaceMismatchError(
-            f"Some environments have an action space different from `{single_action}`. "
-            "In order to batch actions, the action spaces from all environments must be equal."
-        )
-
-
-def _gymnasium_version() -> tuple[int, int]:
-    major, minor = (re.findall(r"\d+", gym.__version__) + ["0", "0"])[:2]
-    return int(major), int(minor)
-
-
-# Gymnasium 1.1 to 1.3's AsyncVectorEnv asserts its reset arguments; 1.4 raises ValueError and
-# TypeError, with other words for the mask. vecshm raises what the installed one raises.
-_RESET_ARGUMENTS_ASSERTED = _gymnasium_version() < (1, 4)
-
-
-def _bad_reset_argument(kind: type[Exception], message: str, asserted: str | None = None) -> Exception:
-    """The error for a bad seed list or mask: ``kind(message)``, or the ``AssertionError`` (with
-    the wording ``asserted``, where it differs) that Gymnasium before 1.4 raises."""
-    return AssertionError(asserted or message) if _RESET_ARGUMENTS_ASSERTED else kind(message)
-
-
-def _seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
-    if seed is None:
-        return [None] * num_envs
-    if isinstance(seed, (int, np.integer)):
-        return [int(seed) + i for i in range(num_envs)]
-    seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise _bad_reset_argument(
-            ValueError,
-            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}.",
-        )
-    return seeds
-
-
-def _check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
-    old = "`options['reset_mask': mask]`"
-    if not isinstance(mask, np.ndarray):
-        raise _bad_reset_argument(
-            TypeError,
-            f"`options['reset_mask']` must be a numpy array, got {type(mask)}",
-            f"{old} must be a numpy array, got {type(mask)}",
-        )
-    if mask.shape != (num_envs,):
-        raise _bad_reset_argument(
-            ValueError,
-            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}",
-            f"{old} must have shape `({num_envs},)`, got {mask.shape}",
-        )
-    if mask.dtype != np.bool_:
-        raise _bad_reset_argument(
-            TypeError,
-            f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}",
-            f"{old} must have `dtype=np.bool_`, got {mask.dtype}",
-        )
-    if not mask.any():
-        raise _bad_reset_argument(
-            ValueError,
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}",
-            f"{old} must contain a boolean array, got reset_mask={mask}",
-        )
-    return mask

@@ -21,25 +21,27 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from vecshm import ShmVectorEnv
 from vecshm.bench.workloads import get_workload
-from vecshm.engine import Engine
+from vecshm.plan import VecEnvPlan
 
 MODES = ("whole process", "env by env")
 
 
 @contextmanager
 def commands(mode: str) -> Iterator[None]:
-    """Engines built inside take commands in ``mode``, whatever the batch."""
-    chosen: Callable[[Engine, int | None], bool] = Engine._commands_per_env
-    Engine._commands_per_env = lambda engine, batch: mode == "env by env"  # type: ignore[method-assign]
+    """Vec envs built inside take commands in ``mode``, whatever the batch (``VecEnvPlan.build``'s
+    ``commands``, which vecshm otherwise sets to ``"auto"``)."""
+    build = VecEnvPlan.build.__func__  # type: ignore[attr-defined]
+    forced = "per_env" if mode == "env by env" else "per_process"
+    VecEnvPlan.build = classmethod(lambda cls, *args, commands="auto", **kw: build(cls, *args, commands=forced, **kw))
     try:
         yield
     finally:
-        Engine._commands_per_env = chosen  # type: ignore[method-assign]
+        VecEnvPlan.build = classmethod(build)  # type: ignore[method-assign]
 
 
 def rate(envs: ShmVectorEnv, actions: list, batch: int, seconds: float) -> float:

@@ -21,9 +21,11 @@ import numpy as np
 from gymnasium import spaces
 
 import vecshm.info_columns
-from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.protocol import Phase
-from vecshm.vector_env import _vector_infos
+from vecshm.engine import Engine
+from vecshm.gym_rules import vector_infos
+from vecshm.options import EngineOptions
+from vecshm.protocol import AutoReset
+from vecshm.vec_env.base import stack_dynamic
 
 
 class AleInfoEnv(gym.Env):
@@ -46,10 +48,11 @@ class AleInfoEnv(gym.Env):
         return np.zeros(4, np.uint8), 0.0, False, False, self._info()
 
 
-def last_step(engine: Any, n: int) -> Any:
-    """One step of every env, whose results (a ``vecshm.results.Batch``) can be read again and again."""
-    engine.send_step(np.zeros(n, np.int64), copy=False)
-    return engine.wait_all(Phase.STEP)
+def last_step(engine: Engine, n: int) -> Any:
+    """A reset, then one step of every env, whose results (a ``vecshm.results.Batch``) can be read
+    again and again."""
+    engine.wait_all(engine.send_resets([{}] * n, 0))
+    return engine.wait_all(engine.send_step(np.zeros(n, np.int64), copy=False))
 
 
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:
@@ -59,23 +62,23 @@ def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> floa
         vecshm.info_columns.ColumnWriter.write = lambda self, info, arena, env_index: None
     fns = [AleInfoEnv for _ in range(n)]
     per_worker = max(1, n // 2)
-    venv: Any = None
+    engine: Engine | None = None
     try:
-        if facade == "sb3":
-            venv = ShmVecEnv(fns, envs_per_worker=per_worker, start_method="fork")
-            venv.reset()
-            batch = last_step(venv._engine, n)
+        if facade == "sb3":  # what ShmVecEnv asks of the engine
+            engine = Engine(
+                fns, EngineOptions(AutoReset.SAME_STEP, True, "fork", per_worker, batch_dynamic=stack_dynamic)
+            )
+            batch = last_step(engine, n)
             read = batch.infos
-        else:
-            venv = ShmVectorEnv(fns, envs_per_worker=per_worker, context="fork")
-            venv.reset(seed=0)
-            batch, ids = last_step(venv._engine, n), np.arange(n)
-            read = lambda: _vector_infos(batch, n, ids, ids, venv)  # noqa: E731
+        else:  # ShmVectorEnv's
+            engine = Engine(fns, EngineOptions(AutoReset.NEXT_STEP, start_method="fork", envs_per_worker=per_worker))
+            batch, ids = last_step(engine, n), np.arange(n)
+            read = lambda: vector_infos(batch, n, ids, ids, None)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
         vecshm.info_columns.ColumnWriter.write = write
-        if venv is not None:
-            venv.close()
+        if engine is not None:
+            engine.close()
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def recording_ratio(build: Callable[[Workload, int], Stepper], ratios: dict[str,
         close = stepper.close
 
         def record_and_close() -> None:
-            ratios[workload.name] = stepper.env._engine.balance.ratio
+            ratios[workload.name] = stepper.env.core_balance.ratio
             close()
 
         stepper.close = record_and_close  # type: ignore[method-assign]

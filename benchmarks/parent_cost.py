@@ -2,10 +2,11 @@
 
 On 2 cores, three processes (the parent, two workers) share the machine, and a cycle's wall time
 mixes the parent's work with waiting and preemption. Here the parent is pinned to core 0 and every
-worker to core 1, so nothing preempts the parent, and the time spent outside ``Engine._wait`` is
-its own work per cycle: actions checked and written, the command words, the doorbells, and the
-results shaped for the caller. A synchronous cycle steps every env; an async one (``send`` after
-``recv``) a batch of half of them. Median and min of 7 repeats of 5,000 cycles::
+worker to core 1, so nothing preempts the parent, and the time spent outside its waits for the
+workers (which its ``observer`` is told of) is its own work per cycle: actions checked and
+written, the command words, the doorbells, and the results shaped for the caller. A synchronous
+cycle steps every env; an async one (``send`` after ``recv``) a batch of half of them. Median and
+min of 7 repeats of 5,000 cycles::
 
     python benchmarks/parent_cost.py sb3 async
     python benchmarks/parent_cost.py gym sync
@@ -27,7 +28,6 @@ import numpy as np
 
 import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.engine import Engine
 
 N_ENVS = 8
 REPEATS, CYCLES = 7, 5000
@@ -46,17 +46,17 @@ def main(
     cls = ShmVecEnv if facade == "sb3" else ShmVectorEnv
     fns = [lambda: gym.make(env_id) for _ in range(N_ENVS)]
     venv: Any = cls(fns, batch_size=batch, envs_per_worker=per_worker, cpu_affinity=[[1]], pin_parent=[0])
-    waited = [0]
-    wait = Engine._wait
+    waited = [0.0]
 
-    def timed_wait(self: Engine, *args: Any) -> Any:
-        started = time.perf_counter_ns()
-        try:
-            return wait(self, *args)
-        finally:
-            waited[0] += time.perf_counter_ns() - started
+    class Waits:  # the vec env's observer (vecshm.waiting.WaitObserver): adds up its waits
+        def wait_started(self) -> None: ...
 
-    Engine._wait = timed_wait  # type: ignore[method-assign]
+        def slept(self, seconds: float) -> None: ...
+
+        def wait_ended(self, seconds: float) -> None:
+            waited[0] += seconds
+
+    venv.observer = Waits()
     try:
         actions = np.zeros(batch or N_ENVS, dtype=np.int64)
         if batch:
@@ -69,14 +69,13 @@ def main(
             step()
         costs = []
         for _ in range(REPEATS):
-            waited[0] = 0
+            waited[0] = 0.0
             started = time.perf_counter_ns()
             for _ in range(CYCLES):
                 step()
-            costs.append((time.perf_counter_ns() - started - waited[0]) / CYCLES / 1000)
+            costs.append((time.perf_counter_ns() - started - waited[0] * 1e9) / CYCLES / 1000)
         return statistics.median(costs), min(costs)
     finally:
-        Engine._wait = wait  # type: ignore[method-assign]
         venv.close()
 
 

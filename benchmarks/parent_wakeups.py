@@ -16,93 +16,68 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
 
-from vecshm import ShmVectorEnv, sync
+from vecshm import ShmVectorEnv
 from vecshm.bench.workloads import get_workload
-from vecshm.engine import Engine
 
 WARM_UP_RECVS = 200  # spinners, caches and the ring settle before counting
 
 
 class WakeCounts:
-    """Waits, sleeps and futile wakes of the parent, counted by wrapping the engine's wait."""
+    """Waits, sleeps and futile wakes of the parent: a vec env's ``observer`` (see
+    :class:`vecshm.waiting.WaitObserver`)."""
 
     def __init__(self) -> None:
         self.reset()
-        self._woke: float | None = None  # when the last sleep of the current wait ended
 
     def reset(self) -> None:
-        """Start counting from zero (the wrapped waits keep counting into this object)."""
+        """Start counting from zero."""
         self.waits = self.sleeps = self.futile = 0
         self.futile_seconds = 0.0
+        self._woke: float | None = None  # when the last sleep of the current wait ended
 
-    def wrap_wait(self, wait: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(engine: Engine, *args: Any) -> Any:
-            self.waits += 1
-            self._woke = None
-            try:
-                return wait(engine, *args)
-            finally:
-                self._woke = None
+    def wait_started(self) -> None:
+        self.waits += 1
+        self._woke = None
 
-        return counted
+    def slept(self, seconds: float) -> None:
+        now = time.perf_counter()
+        if self._woke is not None:  # slept before in this wait: that wake found the batch short
+            self.futile += 1
+            self.futile_seconds += (now - seconds) - self._woke
+        self.sleeps += 1
+        self._woke = now
 
-    def wrap_sleep(self, sleep: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(watch: sync.DoneWatch, timeout: float | None) -> Any:
-            started = time.perf_counter()
-            if self._woke is not None:  # slept before in this wait: that wake found the batch short
-                self.futile += 1
-                self.futile_seconds += started - self._woke
-            try:
-                return sleep(watch, timeout)
-            finally:
-                self.sleeps += 1
-                self._woke = time.perf_counter()
-
-        return counted
-
-
-@contextmanager
-def counting() -> Iterator[WakeCounts]:
-    counts = WakeCounts()
-    wait, sleep = Engine._wait, sync.DoneWatch.wait
-    Engine._wait = counts.wrap_wait(wait)  # type: ignore[method-assign]
-    sync.DoneWatch.wait = counts.wrap_sleep(sleep)  # type: ignore[method-assign]
-    try:
-        yield counts
-    finally:
-        Engine._wait, sync.DoneWatch.wait = wait, sleep  # type: ignore[method-assign]
+    def wait_ended(self, seconds: float) -> None:
+        self._woke = None
 
 
 def measure(workload: str, n: int, batch: int, per_worker: int | None, seconds: float) -> str:
     wl = get_workload(workload)
     actions = wl.actions(n)
-    with counting() as counts:
-        envs = ShmVectorEnv(wl.factories(n), batch_size=batch, envs_per_worker=per_worker)
-        try:
+    envs = ShmVectorEnv(wl.factories(n), batch_size=batch, envs_per_worker=per_worker)
+    envs.observer = counts = WakeCounts()
+    try:
 
-            def cycle(k: int) -> int:
-                """One recv and the send after it; the envs stepped."""
-                *_, env_ids = envs.recv()
-                envs.send(actions[k % len(actions)][: len(env_ids)], env_ids)
-                return len(env_ids)
+        def cycle(k: int) -> int:
+            """One recv and the send after it; the envs stepped."""
+            *_, env_ids = envs.recv()
+            envs.send(actions[k % len(actions)][: len(env_ids)], env_ids)
+            return len(env_ids)
 
-            envs.async_reset(seed=0)
-            for k in range(WARM_UP_RECVS):
-                cycle(k)
-            counts.reset()
-            steps = counted = 0
-            started, cpu = time.perf_counter(), time.process_time()
-            while time.perf_counter() - started < seconds:
-                steps += cycle(counted)
-                counted += 1
-            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-            workers = len(envs.processes)
-        finally:
-            envs.close()
+        envs.async_reset(seed=0)
+        for k in range(WARM_UP_RECVS):
+            cycle(k)
+        counts.reset()
+        steps = counted = 0
+        started, cpu = time.perf_counter(), time.process_time()
+        while time.perf_counter() - started < seconds:
+            steps += cycle(counted)
+            counted += 1
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        workers = len(envs.processes)
+    finally:
+        envs.close()
     futile_us = counts.futile_seconds / max(1, counts.futile) * 1e6
     return (
         f"{workload}, {n} envs on {workers} workers, batch {batch}: {steps / wall:,.0f} env-steps/s; per recv: "

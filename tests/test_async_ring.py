@@ -25,7 +25,7 @@ from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-import vecshm.engine
+import vecshm.ring
 from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
 from vecshm.batching import AsyncBatches
 from vecshm.engine import Engine
@@ -41,7 +41,7 @@ RING_SPACES = [key for key in SPACES if not key.startswith("dyn_")] + ["dyn_mixe
 @pytest.fixture
 def ring_always(monkeypatch):
     """Use the ring however small the observations (it is a parent-side choice; workers follow)."""
-    monkeypatch.setattr(vecshm.engine, "RING_MIN_UNIT_BYTES", 0)
+    monkeypatch.setattr(vecshm.ring, "RING_MIN_UNIT_BYTES", 0)
 
 
 def action(env: int, k: int) -> int:

@@ -10,8 +10,6 @@ death does is the failure policy's (:mod:`vecshm.restart`); rare calls are :mod:
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -23,17 +21,17 @@ import numpy as np
 from vecshm.actions import ActionWriter
 from vecshm.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.balance import CoreBalance
-from vecshm.buffers import Buffers, BufferSpec
+from vecshm.buffers import Buffers
 from vecshm.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
-from vecshm.layout import leaves
-from vecshm.options import EngineOptions, check_same_layout
+from vecshm.options import EngineOptions
 from vecshm.plan import VecEnvPlan, as_env_list
 from vecshm.pool import WorkerPool
 from vecshm.protocol import Command, Phase
 from vecshm.registry import snapshot_registry
-from vecshm.restart import RaiseOnFailure, RestartWorkers
+from vecshm.restart import failure_policy
 from vecshm.results import DEFAULT_LENDABLE_SLOTS, NO_EXTRAS, Batch, Collected, Extras, ObservationSlots, ResultReader
-from vecshm.ring import RING_MIN_UNIT_BYTES, UnitRing, ring_units
+from vecshm.ring import UnitRing, segment_spec
+from vecshm.start_methods import refuse_inside_worker_start_up
 from vecshm.transport import choose_transport
 from vecshm.waiting import Ticket, Waiter, finished_workers, written_units
 
@@ -51,11 +49,7 @@ class Engine:
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], options: EngineOptions) -> None:
         """Start the workers and map the shared segment."""
-        if getattr(mp.current_process(), "_inheriting", False):
-            raise RuntimeError(
-                "a vec env is being created while this process starts up as a worker: the main script creates "
-                'it at module level. Put that code under `if __name__ == "__main__":`.'
-            )
+        refuse_inside_worker_start_up()
         fns = as_env_list(env_fns)
         self.options = options
         self.transport = choose_transport()
@@ -67,24 +61,14 @@ class Engine:
         cores = usable_cores()
         self.plan = plan = VecEnvPlan.build(
             self.num_envs, options.envs_per_worker, len(cores), options.max_workers, options.async_batch,
-            commands_per_env=not options.restarts,
+            commands="per_process" if options.restarts else "auto",
         )  # fmt: skip
         self.worker_cores = plan_worker_cores(options.cpu_affinity, plan.num_processes)  # per process
         settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
         self._state, self._failure = EngineState.READY, ""
         self.nbytes = 0  # the segment's size, once laid out
-        self.pool = WorkerPool(
-            fns,
-            plan,
-            context=context,
-            autoreset=options.autoreset,
-            reward_codes=options.reward_codes,
-            daemon=options.daemon,
-            spin_seconds=options.worker_spin_seconds,
-            worker_settings=settings,
-            transport=self.transport,
-            registry=b"" if self.start_method == "fork" else snapshot_registry(),
-        )
+        registry = b"" if self.start_method == "fork" else snapshot_registry()
+        self.pool = WorkerPool(fns, plan, options, context, settings, self.transport, registry)
         self._finalizer = weakref.finalize(self, self.pool.shutdown)
         try:
             self._start(len(cores))
@@ -94,46 +78,30 @@ class Engine:
         if parent_cores is not None:  # after the workers exist, so that none inherits it
             pin_calling_process(parent_cores, options.limit_threads)
         placed = options.cpu_affinity is not None or parent_cores is not None  # the caller's placement stays
-        pool = self.pool  # not self: the balance must not keep the engine alive
-        self.balance = CoreBalance(
-            cores, self.buffers.busy, lambda: [process.pid for process in pool.processes], not placed, self.waiter
-        )
+        # the pool's method, not the engine's: the balance must not keep the engine alive
+        self.balance = CoreBalance(cores, self.buffers.busy, self.pool.pids, not placed, self.waiter)
 
     def _start(self, num_cores: int) -> None:
         """Build the envs, lay out and map the segment, and set up waiting and the failure policy."""
         options, plan = self.options, self.plan
         deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
         reported = self.pool.collect_ready(deadline)
-        options.check_spaces(reported)
-        if options.check_spaces is not check_same_layout:
-            check_same_layout(reported)  # whatever the facade accepts, the shared layout needs this
+        options.check_all_spaces(reported)
         self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them
         self.observation_space, self.action_space = reported[0]
-        env_bytes = sum(leaf.nbytes for leaf in leaves(self.observation_space) if not leaf.dynamic)
-        can_lend = hasattr(os, "set_blocking")
-        unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES, options.restarts) if can_lend else 0
-        self.spec = BufferSpec(
-            self.observation_space,
-            self.action_space,
-            self.num_envs,
-            plan.num_workers,
-            options.info_bytes,
-            obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
-            ring_units=ring_units(plan.num_workers) if unit_rows else 0,
-            unit_rows=unit_rows,
-        )
+        self.spec = segment_spec(
+            plan, self.observation_space, self.action_space, options, 1 + DEFAULT_LENDABLE_SLOTS
+        )  # fmt: skip
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=options.restarts)
         self.nbytes = self.spec.plan().size
         self.slots = ObservationSlots(self.buffers)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
-        self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if unit_rows else None
+        self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if self.spec.ring_units else None
         self._action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
         self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
-        self.policy: RaiseOnFailure | RestartWorkers = RaiseOnFailure(self.pool)
-        if options.restarts:
-            every_env: list[dict[str, Any] | None] = [{}] * self.num_envs
-            resend = lambda w: self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # noqa: E731
-            self.policy = RestartWorkers(plan, self.pool, self.waiter, self.reader, resend)
+        every_env: list[dict[str, Any] | None] = [{}] * self.num_envs
+        resend = lambda w: self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # noqa: E731
+        self.policy = failure_policy(options.restarts, plan, self.pool, self.waiter, self.reader, resend)
 
     def check_usable(self) -> None:
         if self._state is EngineState.CLOSED:
@@ -184,13 +152,9 @@ class Engine:
     def send_resets(
         self, requests: list[dict[str, Any] | None], slot: int, workers: np.ndarray | None = None
     ) -> Ticket:
-        """Start a reset of ``workers`` (None: a whole batch, every worker at once, which gives the
-        workers every core again); ``requests[i]`` holds the keywords for env ``i``'s ``reset``, or
-        None to keep its observation (its worker rewrites it into ``slot``, so a batch is whole).
-
-        The facade chooses the keywords as its peer does (AsyncVectorEnv always passes ``seed`` and
-        ``options``; SubprocVecEnv passes ``options`` only when there are some).
-        """
+        """Start a reset of ``workers`` (None: every worker, a whole batch, which gives the workers
+        every core again); ``requests[i]``: env ``i``'s ``reset`` keywords (as the facade's peer
+        passes them), or None to keep its observation (rewritten into ``slot``: a batch is whole)."""
         if workers is None:
             workers = self.plan.all_workers
             if self.balance.active:
@@ -225,7 +189,6 @@ class Engine:
             process_of, doorbells = self.plan.process_of, self.pool.doorbells
             for p in dict.fromkeys(process_of[w] for w in ids):
                 doorbells[p].ring()
-        # when the command started, for the timeout of commands others outrun
         return Ticket(workers, expected, slot, phase, 0.0 if self.timeout is None else time.monotonic())
 
     def send(self, w: int, message: Any, during: Phase) -> None:
@@ -252,11 +215,8 @@ class Engine:
         return Batch(self.reader, None, collected.extras, self.slots.lend(ticket.slot) if ticket.slot > 0 else None)
 
     def collect(self, ticket: Ticket, need: int | None = None, timeout: float | None = None) -> Collected:
-        """Wait until ``need`` (default: all) of ``ticket``'s workers finished their command;
-        exactly those (the first ``need`` found finished, in the ticket's order), with their extras.
-
-        ``timeout`` overrides the engine's own for this wait; passing it is fatal like any timeout.
-        """
+        """Wait until ``need`` (default: all) of ``ticket``'s workers finished; exactly those (the
+        first found, in the ticket's order), with their extras. ``timeout`` overrides the engine's."""
         ready = finished_workers(self.buffers, len(ticket.workers) if need is None else need)
         return self._collect(ticket, timeout, ready)
 
@@ -267,11 +227,8 @@ class Engine:
         return self._collect(ticket, timeout, written_units(self.buffers, self.ring, units))
 
     def _collect(self, ticket: Ticket, timeout: float | None, ready: Callable[[Ticket], Any]) -> Collected:
-        """Wait until ``ready`` names finished workers, then read their sockets (errors raise).
-
-        A restarted worker's envs end their lost episode once its reset is collected, which an
-        async wait may leave to a later one.
-        """
+        """Wait until ``ready`` names finished workers, then read their sockets (errors raise). A
+        restarted worker's envs end their lost episode once its reset is collected (maybe later)."""
         policy = self.policy
         try:
             done, ticket = self.waiter.wait(

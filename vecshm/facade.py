@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vecshm.balance import CoreBalance
 from vecshm.batching import AsyncBatches
 from vecshm.buffers import Buffers
 from vecshm.engine import Engine
@@ -89,6 +90,12 @@ class EngineFacade:
         """The shared segment's arrays by name (control words, rewards, info arenas, observation
         slots; see :mod:`vecshm.buffers`), for diagnostics: read them, never write them."""
         return self._engine.buffers
+
+    @property
+    def core_balance(self) -> CoreBalance:
+        """Whether the workers keep off the parent's core during async batches, and the measured
+        ratio that decided it (``reserved``, ``ratio``; see :mod:`vecshm.balance`)."""
+        return self._engine.balance
 
     @property
     def in_flight(self) -> bool:

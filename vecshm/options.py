@@ -93,6 +93,12 @@ class EngineOptions:
         if self.info_bytes < 0:
             raise ValueError(f"info_bytes must be >= 0, got {self.info_bytes}")
 
+    def check_all_spaces(self, env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> None:
+        """The facade's rule (``check_spaces``), then the engine's: the shared layout needs it."""
+        self.check_spaces(env_spaces)
+        if self.check_spaces is not check_same_layout:
+            check_same_layout(env_spaces)
+
     @property
     def restarts(self) -> bool:
         """Whether a dead worker is rebuilt (else its death fails the vec env)."""

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["VecEnvPlan", "split_envs", "as_env_list"]
+__all__ = ["VecEnvPlan", "split_envs", "as_env_list", "COMMANDS"]
+
+COMMANDS = ("auto", "per_process", "per_env")  # how a plan sizes commands (see VecEnvPlan.build)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -48,14 +50,17 @@ class VecEnvPlan:
         num_cores: int,
         max_workers: int | None = None,
         async_batch: int | None = None,
-        commands_per_env: bool = True,
+        commands: str = "auto",
     ) -> VecEnvPlan:
-        """The plan for ``num_envs`` envs: process slices from ``split_envs``; commands env by env
-        where async batches of ``async_batch`` envs are not exactly one process's envs (unless
-        ``commands_per_env`` is False: the restart policy rebuilds whole processes)."""
+        """The plan for ``num_envs`` envs: process slices from ``split_envs``. ``commands``:
+        ``"auto"`` runs them env by env where async batches of ``async_batch`` envs are not exactly
+        one process's envs; ``"per_process"`` never does (the restart policy rebuilds whole
+        processes), ``"per_env"`` always does (to measure the choice)."""
+        if commands not in COMMANDS:
+            raise ValueError(f"commands must be one of {COMMANDS}, got {commands!r}")
         processes = split_envs(num_envs, envs_per_worker, num_cores, max_workers)
-        per_env = (
-            commands_per_env
+        per_env = commands == "per_env" or (
+            commands == "auto"
             and async_batch is not None
             and 0 < async_batch < num_envs
             and any(stop - start != async_batch for start, stop in processes)

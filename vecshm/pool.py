@@ -25,6 +25,7 @@ from vecshm.buffers import Buffers, BufferSpec
 from vecshm.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.guard import is_mp_helper, terminate_then_kill, worker_mark
 from vecshm.memory import NamedSegment, Segment
+from vecshm.options import EngineOptions
 from vecshm.pickling import factories_by_value
 from vecshm.plan import VecEnvPlan
 from vecshm.processes import (
@@ -37,7 +38,7 @@ from vecshm.processes import (
     is_guard,
     own_temp_dir,
 )
-from vecshm.protocol import AutoReset, Command, Message, Phase, receive_addressed
+from vecshm.protocol import Command, Message, Phase, receive_addressed
 from vecshm.ring import UnitPipe
 from vecshm.sync import new_doorbell
 from vecshm.transport import Transport
@@ -56,16 +57,15 @@ class WorkerPool:
         self,
         env_fns: list[Any],
         plan: VecEnvPlan,
-        *,
+        options: EngineOptions,
         context: mp.context.BaseContext,
-        autoreset: AutoReset,
-        reward_codes: bool,
-        daemon: bool,
-        spin_seconds: float,
         worker_settings: list[dict[str, Any]],
         transport: Transport,
         registry: bytes = b"",
     ) -> None:
+        """Start a process per slice of ``plan``, each building its envs from ``env_fns``; ``options``
+        give their autoreset mode, reward codes, daemon flag and spin; ``registry``: the parent's
+        Gymnasium registry, for processes that do not inherit it."""
         self.plan = plan
         slices, self.lanes, self.process_of = plan.worker_slices, plan.lanes, plan.process_of
         self.context = context
@@ -87,9 +87,9 @@ class WorkerPool:
                 conn=None,  # type: ignore[arg-type]  (set per process start)
                 doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
-                autoreset=autoreset,
-                reward_codes=reward_codes,
-                spin_seconds=spin_seconds,
+                autoreset=options.autoreset,
+                reward_codes=options.reward_codes,
+                spin_seconds=options.worker_spin_seconds,
                 settings=worker_settings[p],
                 parent_pid=self.owner_pid,
                 registry=registry,
@@ -99,7 +99,7 @@ class WorkerPool:
             )
             for p, (start, _) in enumerate(plan.process_slices)
         ]
-        self.daemon = daemon
+        self.daemon = options.daemon
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
         self.claims = UnitPipe()  # free units of the async ring (see vecshm.ring)
@@ -141,6 +141,10 @@ class WorkerPool:
             spec.conn = None  # type: ignore[assignment]
         self.conns[p], self.processes[p] = parent_conn, process
         self._inbox[p] = {}
+
+    def pids(self) -> list[int]:
+        """The worker processes' pids now (a restarted worker has a new one)."""
+        return [process.pid for process in self.processes]
 
     def send(self, w: int, message: Any, during: Phase) -> None:
         """Send worker ``w`` a message (over its process's connection, addressed to it)."""

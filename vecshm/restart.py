@@ -21,7 +21,7 @@ from vecshm.processes import describe_exit, describe_worker
 from vecshm.protocol import Arena, Phase
 from vecshm.waiting import Ticket
 
-__all__ = ["RaiseOnFailure", "RestartWorkers", "MAX_RESTARTS_PER_WORKER"]
+__all__ = ["RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_WORKER"]
 
 MAX_RESTARTS_PER_WORKER = 20
 
@@ -109,3 +109,10 @@ class RestartWorkers:
         renewed = set(env_ids.tolist())
         kept = {key: v for key, v in self._last_piped_obs.items() if key[1] not in renewed}
         self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] is Arena.OBS}
+
+
+def failure_policy(
+    restarts: bool, plan: Any, pool: Any, waiter: Any, reader: Any, resend: Callable[[int], None]
+) -> RaiseOnFailure | RestartWorkers:
+    """The policy for ``on_worker_failure``: ``restarts`` (``"restart"``), else the default."""
+    return RestartWorkers(plan, pool, waiter, reader, resend) if restarts else RaiseOnFailure(pool)

@@ -29,21 +29,41 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.buffers import Buffers
+from vecshm.buffers import Buffers, BufferSpec
+from vecshm.layout import leaves
 from vecshm.results import lend_arrays
 
-__all__ = ["UnitPipe", "UnitRing", "CLAIM", "ring_units", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
+__all__ = ["UnitPipe", "UnitRing", "CLAIM", "ring_units", "segment_spec", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
 
 CLAIM = -1  # a worker's obs_slot word: claim a unit of the ring instead of writing a fixed slot
 TOKEN = 4  # bytes per unit number in the pipe (a uint32 in native order)
 LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied out
-RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see slots.LEND_MIN_BYTES)
+RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see results.LEND_MIN_BYTES)
 
 
 def ring_units(num_workers: int, units_per_batch: int | None = None) -> int:
     """Units a ring needs: one in flight per worker, and ``LENDABLE_BATCHES`` batches lent (by
     default batches of every worker: the segment is laid out before the batch size is known)."""
     return num_workers + LENDABLE_BATCHES * (units_per_batch or num_workers)
+
+
+def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any, obs_slots: int) -> BufferSpec:
+    """The segment of a vec env of ``plan``: its observation slots, and a ring for async batches
+    where one pays (:meth:`vecshm.plan.VecEnvPlan.ring_unit_rows`; the ring's units need
+    non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
+    env_bytes = sum(leaf.nbytes for leaf in leaves(observation_space) if not leaf.dynamic)
+    can_lend = hasattr(os, "set_blocking")
+    unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES, options.restarts) if can_lend else 0
+    return BufferSpec(
+        observation_space,
+        action_space,
+        plan.num_envs,
+        plan.num_workers,
+        options.info_bytes,
+        obs_slots=obs_slots,
+        ring_units=ring_units(plan.num_workers) if unit_rows else 0,
+        unit_rows=unit_rows,
+    )
 
 
 def units_spanned(batch_size: int, unit_rows: int) -> int:

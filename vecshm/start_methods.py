@@ -41,6 +41,7 @@ from vecshm.pickling import can_pickle
 
 __all__ = [
     "default_start_method",
+    "refuse_inside_worker_start_up",
     "gymnasium_start_method",
     "preload_in_forkserver",
     "main_script_imports",
@@ -49,6 +50,16 @@ __all__ = [
 
 WORKER_MODULE = "vecshm.worker"  # what a worker runs; it imports NumPy, Gymnasium and the rest of vecshm
 SERVER_EXIT_MODULE = "vecshm.forkserver_exit"  # the server removes a killed owner's folder when it exits
+
+
+def refuse_inside_worker_start_up() -> None:
+    """Raise if this process is a worker still starting up (re-running the main script under
+    spawn or forkserver): a vec env created there means the script creates it at module level."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "a vec env is being created while this process starts up as a worker: the main script creates "
+            'it at module level. Put that code under `if __name__ == "__main__":`.'
+        )
 
 
 def default_start_method() -> str:

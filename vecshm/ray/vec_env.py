@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import bisect
 import pickle
-import socket
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import ray
 from ray.exceptions import RayActorError
 
 from vecshm.actions import batch_actions
-from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError, SpaceMismatchError
+from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError
 from vecshm.layout import tree_map
 from vecshm.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.processes import describe_envs
 from vecshm.protocol import Phase
 from vecshm.ray.actor import EnvHost
+from vecshm.ray.ending import CLOSE_TIMEOUT, alive_nodes, end_actors, unanswered
 from vecshm.ray.failures import Failure, actor_died, to_exception
+from vecshm.ray.shares import concat, host_spaces, options_per_actor, split, writable_terminals
 from vecshm.registry import snapshot_registry
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
@@ -30,58 +30,10 @@ from vecshm.vec_env.shm import SB3_CALLS
 __all__ = ["RayVecEnv"]
 
 MAX_RESTARTS_PER_ACTOR = 20
-CLOSE_TIMEOUT = 10.0  # seconds for an actor to close its vec env before it is killed
 IN_FLIGHT_GRACE = 1.0  # seconds for a call still running at close() to finish before its actor is killed
 START_TIMEOUT = 300.0  # default seconds for the actors to be placed and build their envs
-DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
 _EnvHostActor = ray.remote(EnvHost)
-
-
-def _split(num_envs: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous ``[start, stop)`` shares, sizes differing by at most one, larger ones first."""
-    bounds, start = [], 0
-    for k in range(parts):
-        stop = start + num_envs // parts + (k < num_envs % parts)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
-
-
-def _concat(parts: list[Any]) -> Any:
-    """One batch from the actors' batches (Dict and Tuple observations key by key); always a fresh,
-    writable array: Ray hands out read-only views of its object store."""
-    first = parts[0]
-    if isinstance(first, dict):
-        return {key: _concat([p[key] for p in parts]) for key in first}
-    if isinstance(first, tuple):
-        return tuple(_concat([p[j] for p in parts]) for j in range(len(first)))
-    return np.concatenate(parts)
-
-
-def _writable(value: Any) -> Any:
-    """``value`` with every array in it copied (Ray's are read-only views of its object store)."""
-    return tree_map(lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else leaf, value)
-
-
-def _writable_terminals(infos: list[dict]) -> list[dict]:
-    for info in infos:
-        if "terminal_observation" in info:
-            info["terminal_observation"] = _writable(info["terminal_observation"])
-    return infos
-
-
-def _unanswered(calls: dict[int, Any], wait: float) -> list[int]:
-    """The actors (keys of ``calls``, actor -> its call's ref) whose call is still unanswered after
-    up to ``wait`` seconds."""
-    if not calls:
-        return []
-    answered = ray.wait(list(calls.values()), num_returns=len(calls), timeout=wait)[0]
-    return [k for k, ref in calls.items() if ref not in answered]
-
-
-def _alive_nodes() -> int:
-    return max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
 
 
 class RayVecEnv(VecEnv):
@@ -135,14 +87,14 @@ class RayVecEnv(VecEnv):
             raise ValueError("RayVecEnv needs at least one env factory")
         if not ray.is_initialized():
             ray.init()  # what Ray does on first use anyway; here before the nodes are counted
-        n_actors = num_actors if num_actors is not None else min(len(self._fns), _alive_nodes())
+        n_actors = num_actors if num_actors is not None else min(len(self._fns), alive_nodes())
         if not 1 <= n_actors <= len(self._fns):
             raise ValueError(
                 f"num_actors must be between 1 and the number of envs ({len(self._fns)}), got {num_actors}"
             )
-        self._shares = _split(len(self._fns), n_actors)
+        self._shares = split(len(self._fns), n_actors)
         self._starts = [start for start, _ in self._shares]
-        self._per_actor = self._actor_options(actor_options, n_actors)
+        self._per_actor = options_per_actor(actor_options, n_actors)
         self._shm_options = shm_options
         self._restart_actors = on_actor_failure == "restart"
         self.actor_timeout = actor_timeout
@@ -160,21 +112,12 @@ class RayVecEnv(VecEnv):
             self.actors = [self._launch(k) for k in range(n_actors)]
             describing = [a.describe.remote() for a in self.actors]
             self.hosts = self._gather(describing, "start", timeout=start_timeout)
-            observation_space, action_space = self._spaces(self.hosts)
+            observation_space, action_space = host_spaces(self.hosts)
             super().__init__(len(self._fns), observation_space, action_space)
         except BaseException:
             # Actors still building their envs (Ctrl-C, say) would answer a close only once built
-            self._close(busy=_unanswered(dict(enumerate(describing)), wait=0.0))
+            self._close(busy=unanswered(dict(enumerate(describing)), wait=0.0))
             raise
-
-    @staticmethod
-    def _actor_options(options: dict[str, Any] | Sequence[dict[str, Any]] | None, n_actors: int) -> list[dict]:
-        if options is None or isinstance(options, dict):
-            return [{**DEFAULT_ACTOR_OPTIONS, **(options or {})}] * n_actors
-        options = list(options)
-        if len(options) != n_actors:
-            raise ValueError(f"actor_options has {len(options)} entries for {n_actors} actors")
-        return [{**DEFAULT_ACTOR_OPTIONS, **o} for o in options]
 
     def _launch(self, k: int) -> Any:
         start, stop = self._shares[k]
@@ -188,20 +131,6 @@ class RayVecEnv(VecEnv):
             self._shm_options,
             self._registry,
         )
-
-    @staticmethod
-    def _spaces(hosts: list[dict]) -> tuple[gym.Space, gym.Space]:
-        first = hosts[0]
-        for host in hosts[1:]:
-            for name in ("observation_space", "action_space"):
-                if host[name] != first[name]:
-                    raise SpaceMismatchError(
-                        f"the envs of {host['where']} have {name} {host[name]}, those of {first['where']} have "
-                        f"{first[name]}; every env of a vec env must have the same spaces"
-                    )
-        return first["observation_space"], first["action_space"]
-
-    # -- the actors' answers ------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
         if self.closed:
@@ -260,7 +189,7 @@ class RayVecEnv(VecEnv):
         ``busy`` actors are still running a call (or were never placed) and are killed at once."""
         error = to_exception(failures)
         self._failure = str(error).split("\n", 1)[0]
-        self._end_actors(busy)
+        end_actors(self.actors, getattr(self, "hosts", []), busy)
         raise error
 
     def _restart(self, k: int, command: str, error: BaseException) -> Any:
@@ -325,7 +254,7 @@ class RayVecEnv(VecEnv):
         self.reset_infos = [info for _, infos in answers for info in infos]
         self._reset_seeds()
         self._reset_options()
-        return _concat(self._last_obs)
+        return concat(self._last_obs)
 
     def step_async(self, actions: np.ndarray) -> None:
         self._check_usable()
@@ -351,13 +280,13 @@ class RayVecEnv(VecEnv):
             self._pending = []
         infos: list[dict] = []
         for start, (_, _, _, actor_infos, reset_infos) in zip(self._starts, answers):
-            infos += _writable_terminals(actor_infos)
+            infos += writable_terminals(actor_infos)
             for i, info in reset_infos.items():
                 self.reset_infos[start + i] = info
         self._last_obs = [answer[0] for answer in answers]
         rewards = np.concatenate([answer[1] for answer in answers])
         dones = np.concatenate([answer[2] for answer in answers])
-        return _concat(self._last_obs), rewards, dones, infos
+        return concat(self._last_obs), rewards, dones, infos
 
     # -- calls on some envs -------------------------------------------------------------------------
 
@@ -435,7 +364,7 @@ class RayVecEnv(VecEnv):
         it, then is killed (an env that hangs would otherwise hold ``close()`` for ``CLOSE_TIMEOUT``).
         """
         awaited = getattr(self, "_awaited", {}) if ray.is_initialized() else {}
-        self._close(busy=_unanswered(awaited, wait=IN_FLIGHT_GRACE))
+        self._close(busy=unanswered(awaited, wait=IN_FLIGHT_GRACE))
 
     def _close(self, busy: list[int]) -> None:
         """``close()``; ``busy`` actors are known to be in a call and are killed without waiting."""
@@ -449,44 +378,10 @@ class RayVecEnv(VecEnv):
         if not self._failure:
             closing = {k: a.close.remote() for k, a in enumerate(self.actors) if a is not None and k not in busy}
         try:
-            busy = busy + _unanswered(closing, wait=CLOSE_TIMEOUT)  # their close did not return
+            busy = busy + unanswered(closing, wait=CLOSE_TIMEOUT)  # their close did not return
         except Exception:
             pass
-        self._end_actors(busy)
-
-    def _end_actors(self, busy: Sequence[int] = ()) -> None:
-        """End every actor; on this host, return once their processes are gone.
-
-        Idle actors exit through Ray's graceful path (``__ray_terminate__``), which runs their
-        ``atexit`` handlers: that is where multiprocessing removes the ``/tmp/pymp-*`` folder holding
-        the socket of the actor's forkserver, which ``ray.kill`` would leave behind, one per actor
-        and vec env. ``busy`` actors (still in a call: a hung env, an actor never placed) and any
-        actor that has not exited within ``CLOSE_TIMEOUT`` are killed.
-        """
-        live = {k: actor for k, actor in enumerate(self.actors) if actor is not None}
-        ending = {k: actor.__ray_terminate__.remote() for k, actor in live.items() if k not in busy}
-        still_there = _unanswered(ending, wait=CLOSE_TIMEOUT)
-        for k, actor in live.items():
-            if k not in ending or k in still_there:
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:
-                    pass
-        here = socket.gethostname()
-        local = [h["pid"] for h in getattr(self, "hosts", []) if isinstance(h, dict) and h["host"] == here]
-        processes = []
-        for pid in local:
-            try:
-                processes.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
-        _, stuck = psutil.wait_procs(processes, timeout=CLOSE_TIMEOUT)
-        for process in stuck:  # an exit handler that hangs
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(stuck, timeout=CLOSE_TIMEOUT)
+        end_actors(self.actors, getattr(self, "hosts", []), busy)
 
     def __repr__(self) -> str:
         shares = "/".join(str(stop - start) for start, stop in self._shares) if hasattr(self, "_shares") else "?"

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 from vecshm import ShmVectorEnv
 from vecshm.bench.workloads import get_workload
-from vecshm.plan import VecEnvPlan
+from vecshm.parent.plan import VecEnvPlan
 
 MODES = ("whole process", "env by env")
 

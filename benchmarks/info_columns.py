@@ -20,12 +20,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-import vecshm.info_columns
-from vecshm.engine import Engine
-from vecshm.gym_rules import vector_infos
-from vecshm.options import EngineOptions
-from vecshm.protocol import AutoReset
+import vecshm.shared.info_columns
+from vecshm.parent.engine import Engine
+from vecshm.parent.options import EngineOptions
+from vecshm.shared.protocol import AutoReset
 from vecshm.vec_env.base import stack_dynamic
+from vecshm.vector.shm import vector_infos
 
 
 class AleInfoEnv(gym.Env):
@@ -49,7 +49,7 @@ class AleInfoEnv(gym.Env):
 
 
 def last_step(engine: Engine, n: int) -> Any:
-    """A reset, then one step of every env, whose results (a ``vecshm.results.Batch``) can be read
+    """A reset, then one step of every env, whose results (a ``vecshm.parent.results.Batch``) can be read
     again and again."""
     engine.wait_all(engine.send_resets([{}] * n, 0))
     return engine.wait_all(engine.send_step(np.zeros(n, np.int64), copy=False))
@@ -57,9 +57,9 @@ def last_step(engine: Engine, n: int) -> Any:
 
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:
     """Best of 7 of the mean time to read one step's infos for ``n`` envs, in microseconds."""
-    write = vecshm.info_columns.ColumnWriter.write
+    write = vecshm.shared.info_columns.ColumnWriter.write
     if not columns:
-        vecshm.info_columns.ColumnWriter.write = lambda self, info, arena, env_index: None
+        vecshm.shared.info_columns.ColumnWriter.write = lambda self, info, arena, env_index: None
     fns = [AleInfoEnv for _ in range(n)]
     per_worker = max(1, n // 2)
     engine: Engine | None = None
@@ -76,7 +76,7 @@ def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> floa
             read = lambda: vector_infos(batch, n, ids, ids, None)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
-        vecshm.info_columns.ColumnWriter.write = write
+        vecshm.shared.info_columns.ColumnWriter.write = write
         if engine is not None:
             engine.close()
 

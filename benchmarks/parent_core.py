@@ -1,4 +1,4 @@
-"""The parent's core during async batches (:mod:`vecshm.balance`): unpinned, balanced, reserved.
+"""The parent's core during async batches (:mod:`vecshm.parent.balance`): unpinned, balanced, reserved.
 
 For each workload, the bench's async system (batches of half the envs, ``recv`` then ``send``)
 with the workers on every core (``cpu_affinity=[usable_cores()]``, which turns the balance off),
@@ -18,10 +18,10 @@ import argparse
 import statistics
 from collections.abc import Callable
 
-from vecshm.affinity import usable_cores
 from vecshm.bench.runner import run_case
 from vecshm.bench.systems import Stepper, System, shm_async, shm_vector
 from vecshm.bench.workloads import Workload, get_workload
+from vecshm.shared.affinity import usable_cores
 
 BUSY = {f"busy{us}": us for us in (5, 15, 40, 200)}  # vecshm/Busy-v0 at this many us per step
 SYNC, UNPINNED, BALANCED, RESERVED = (

@@ -58,7 +58,7 @@ def _trace(call: Callable[[], Any], doorbell_file: str | None) -> tuple[list[str
 
 
 def _bell_file() -> str:
-    return os.path.relpath(sys.modules["vecshm.sync"].__file__ or "", os.path.dirname(ROOT))
+    return os.path.relpath(sys.modules["vecshm.shared.sync"].__file__ or "", os.path.dirname(ROOT))
 
 
 def trace_sb3_sync(venv: ShmVecEnv, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:

@@ -23,11 +23,11 @@ from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 
-from vecshm.start_methods import preload_in_forkserver
+from vecshm.parent.start_methods import preload_in_forkserver
 
 # SB3's SubprocVecEnv, the reference in several parity tests, imports SB3 and torch in each of its
 # workers (3.7 s for 4 envs here). The forkserver imports them once instead, as vecshm has it do for
-# its own worker module (vecshm.start_methods.preload_in_forkserver, added when the server starts),
+# its own worker module (vecshm.parent.start_methods.preload_in_forkserver, added when the server starts),
 # and the tests' helper modules, whose envs and factories every test's workers load. Only start-up
 # time changes.
 multiprocessing.set_forkserver_preload(
@@ -193,7 +193,7 @@ class SpaceEnv(gym.Env):
         info: dict[str, Any] = {}
         if self.t % 3 == 0:
             info = {"t": self.t, "vec": np.full(2, self.t, dtype=np.float32)}
-        elif self.t % 3 == 1:  # flat numbers: these travel as typed columns (vecshm.info_columns)
+        elif self.t % 3 == 1:  # flat numbers: these travel as typed columns (vecshm.shared.info_columns)
             info = {"t": self.t, "score": reward, "lives": np.int8(3 - self.t % 4)}
         if self.big_info_every and self.t % self.big_info_every == 0:
             info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena slot

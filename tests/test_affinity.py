@@ -12,7 +12,7 @@ import pytest
 from faulty_envs import healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv, topology
-from vecshm.affinity import THREAD_LIMIT_VARS, plan_worker_cores, usable_cores
+from vecshm.shared.affinity import THREAD_LIMIT_VARS, plan_worker_cores, usable_cores
 
 CORES = usable_cores()
 

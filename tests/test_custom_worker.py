@@ -30,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv
 from test_lifecycle import start_parent
 
 from vecshm import ShmVectorEnv
-from vecshm.errors import FailedError, WorkerDiedError
+from vecshm.shared.errors import FailedError, WorkerDiedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -32,8 +32,8 @@ from vecshm import (
     WorkerDiedError,
     WorkerError,
 )
-from vecshm.buffers import INFO_PIPED
-from vecshm.pool import CLOSE_GRACE_SECONDS
+from vecshm.parent.pool import CLOSE_GRACE_SECONDS
+from vecshm.shared.buffers import INFO_PIPED
 
 ZEROS = np.zeros(4, dtype=np.int64)
 
@@ -436,7 +436,7 @@ def test_processes_the_envs_started_end_with_the_vec_env(cls, ending, detached, 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("cls", "detached"), FACADE_AND_DETACHMENT)
 def test_processes_an_env_started_end_when_its_worker_dies(cls, detached, no_leaks):
-    """A worker killed from outside leaves what its envs started to its guard (vecshm.guard),
+    """A worker killed from outside leaves what its envs started to its guard (vecshm.worker.guard),
     which ends it at once; before, it went to init and outlived the vec env. Those in a session
     of their own, or left to init by a launcher, too."""
     envs = cls([spawning(detached=detached)] * 4, envs_per_worker=2)

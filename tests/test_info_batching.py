@@ -9,7 +9,7 @@ from dropin_envs import CounterInfoEnv
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
 from vecshm import ShmVectorEnv
-from vecshm.info_batching import batch_infos
+from vecshm.vector.infos import batch_infos
 
 
 def random_infos(rng: np.random.Generator) -> list[dict]:

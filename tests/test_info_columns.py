@@ -1,4 +1,4 @@
-"""Flat infos of numbers travel as typed columns (vecshm.info_columns): bit-identical to the
+"""Flat infos of numbers travel as typed columns (vecshm.shared.info_columns): bit-identical to the
 pickled path and to SB3's DummyVecEnv and Gymnasium's AsyncVectorEnv, each value of the type the env
 gave it, whether the batch is of one schema or mixed, and whether the slot has room or not."""
 
@@ -14,7 +14,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.info_columns import MAX_SCHEMAS, ColumnWriter, SchemaCache, is_columns
+from vecshm.shared.info_columns import MAX_SCHEMAS, ColumnWriter, SchemaCache, is_columns
 
 COLUMN_KINDS = {1, 2, 5, 8}  # the typed_info kinds that are flat dicts of column types
 N_ENVS = 5

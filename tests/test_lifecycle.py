@@ -26,9 +26,9 @@ from conftest import (
 from faulty_envs import faulty, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.pool import CLOSE_GRACE_SECONDS, WorkerPool
-from vecshm.processes import ctrl_c_after_the_starts
-from vecshm.protocol import Phase
+from vecshm.parent.pool import CLOSE_GRACE_SECONDS, WorkerPool
+from vecshm.parent.processes import ctrl_c_after_the_starts
+from vecshm.shared.protocol import Phase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -129,7 +129,7 @@ GIL_PARENT_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("method", START_METHODS)
 def test_workers_holding_the_gil_and_what_their_envs_started_end_when_the_parent_is_killed(method):
     """A worker stuck in native code that keeps the GIL cannot run its watch thread, and the
-    kernel's parent-death signal (fork only) ends the worker alone: its guard (vecshm.guard) ends
+    kernel's parent-death signal (fork only) ends the worker alone: its guard (vecshm.worker.guard) ends
     the worker and the processes its envs started."""
     parent, workers = start_parent(method, GIL_PARENT_SCRIPT)
     spawned = [int(p) for p in parent.stdout.readline().split()]
@@ -227,7 +227,7 @@ LOUD_SCRIPT = textwrap.dedent(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_envs_print_to_a_terminal_that_stops_background_writers(method, tmp_path):
-    """Workers lead process groups of their own (vecshm.guard), out of the terminal's foreground
+    """Workers lead process groups of their own (vecshm.worker.guard), out of the terminal's foreground
     group: under `stty tostop` a write to the terminal would stop them (SIGTTOU), which they ignore."""
     script = tmp_path / "loud.py"
     script.write_text(LOUD_SCRIPT.format(method=method))
@@ -496,7 +496,7 @@ def test_a_portable_segment_takes_its_dev_shm_space_at_creation_or_is_a_clear_er
     whichever process first writes past its free space, long after the constructor returned."""
     import errno
 
-    from vecshm.memory import NamedSegment
+    from vecshm.shared.memory import NamedSegment
 
     size = 16 * 2**20
     segment = NamedSegment(size)

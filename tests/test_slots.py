@@ -11,8 +11,9 @@ from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_ac
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-from vecshm import ShmVecEnv, ShmVectorEnv, results
-from vecshm.results import DEFAULT_LENDABLE_SLOTS
+from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.parent import results
+from vecshm.parent.results import DEFAULT_LENDABLE_SLOTS
 
 
 def in_segment_mapping(address: int) -> bool:

@@ -1,10 +1,10 @@
-"""The adaptive busy-wait in front of every blocking wait (``vecshm.sync.Spinner``)."""
+"""The adaptive busy-wait in front of every blocking wait (``vecshm.shared.sync.Spinner``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vecshm.sync import Spinner
+from vecshm.shared.sync import Spinner
 
 CAP = 150e-6  # the workers' automatic cap
 

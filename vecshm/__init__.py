@@ -1,10 +1,10 @@
 """vecshm: vectorized RL environments on shared memory, a drop-in for SB3's SubprocVecEnv."""
 
 from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
-from vecshm import pipe_worker as _pipe_worker  # noqa: F401  (ShmVectorEnv(worker=...) runs on it)
 from vecshm import sb3 as _sb3
-from vecshm.affinity import Topology, topology
-from vecshm.errors import (
+from vecshm.monitor import Monitor
+from vecshm.shared.affinity import Topology, topology
+from vecshm.shared.errors import (
     ActorDiedError,
     AlreadyPendingCallError,
     ClosedError,
@@ -16,8 +16,6 @@ from vecshm.errors import (
     WorkerDiedError,
     WorkerError,
 )
-from vecshm.make import make_vec
-from vecshm.monitor import Monitor
 from vecshm.vec_env import (
     CloudpickleWrapper,
     DummyVecEnv,
@@ -26,7 +24,9 @@ from vecshm.vec_env import (
     VecEnvWrapper,
     make_vec_env,
 )
-from vecshm.vector_env import ShmVectorEnv
+from vecshm.vector import on_pipes as _on_pipes  # noqa: F401  (ShmVectorEnv(worker=...) runs on it)
+from vecshm.vector.make_vec import make_vec
+from vecshm.vector.shm import ShmVectorEnv
 from vecshm.wrappers import (
     RunningMeanStd,
     StackedObservations,

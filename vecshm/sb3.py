@@ -35,7 +35,7 @@ COUNTERPARTS: dict[str, str] = {
     "vecshm.wrappers.stacked_observations:StackedObservations": "StackedObservations",
     "vecshm.wrappers.frame_stack:VecFrameStack": "VecFrameStack",
     "vecshm.wrappers.normalize:VecNormalize": "VecNormalize",
-    "vecshm.wrappers.monitor:VecMonitor": "VecMonitor",
+    "vecshm.wrappers.vec_monitor:VecMonitor": "VecMonitor",
     "vecshm.wrappers.video_recorder:VecVideoRecorder": "VecVideoRecorder",
     "vecshm.wrappers.check_nan:VecCheckNan": "VecCheckNan",
     "vecshm.wrappers.transpose:VecTransposeImage": "VecTransposeImage",

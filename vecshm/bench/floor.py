@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from vecshm.affinity import usable_cores
+from vecshm.shared.affinity import usable_cores
 
 __all__ = ["memcpy_seconds", "semaphore_round_trip"]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.affinity import usable_cores
 from vecshm.bench.runner import IDEAL, Case
 from vecshm.bench.systems import BASELINE
+from vecshm.shared.affinity import usable_cores
 
 __all__ = ["machine_info", "markdown", "to_json", "plot"]
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.affinity import usable_cores
 from vecshm.bench.systems import BASELINE, Stepper, System
 from vecshm.bench.workloads import Workload
+from vecshm.shared.affinity import usable_cores
 
 __all__ = ["Case", "run_case", "measure_rate"]
 

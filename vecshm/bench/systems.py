@@ -84,7 +84,7 @@ def shm_async(envs_per_worker: int | None = None, **options: Any) -> Callable[[W
 
     def build(workload: Workload, n_envs: int) -> Stepper:
         from vecshm import ShmVectorEnv
-        from vecshm.affinity import usable_cores
+        from vecshm.shared.affinity import usable_cores
 
         batch = n_envs // 2
         per_worker = envs_per_worker or next(
@@ -110,8 +110,8 @@ def _ray_vec_env(workload: Workload, n_envs: int) -> Stepper:
     beside it: the difference is the Ray hop (a task per step, results through the object store)."""
     import ray
 
-    from vecshm.affinity import usable_cores
     from vecshm.ray import RayVecEnv
+    from vecshm.shared.affinity import usable_cores
 
     cores = len(usable_cores())
     if not ray.is_initialized():

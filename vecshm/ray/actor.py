@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from vecshm.pickling import Pickled, PickledFactory
-from vecshm.protocol import CallOp
 from vecshm.ray.failures import Failure, capture
-from vecshm.registry import adopt_registry
+from vecshm.shared.pickling import Pickled, PickledFactory
+from vecshm.shared.protocol import CallOp
+from vecshm.shared.registry import adopt_registry
 from vecshm.vec_env.shm import SB3_CALLS, ShmVecEnv
 
 __all__ = ["EnvHost", "assigned_cpus", "host_options"]
@@ -49,7 +49,7 @@ def host_options(num_envs: int, options: dict[str, Any]) -> dict[str, Any]:
 class EnvHost:
     """Hosts envs ``offset, offset + 1, ...`` of a ``RayVecEnv`` (Ray actor ``index``).
 
-    ``env_fns`` arrive still pickled (:class:`~vecshm.pickling.PickledFactory`) and go on to the
+    ``env_fns`` arrive still pickled (:class:`~vecshm.shared.pickling.PickledFactory`) and go on to the
     vecshm workers so: only the worker that builds an env loads its factory and imports its modules
     (the actor would hold PyTorch for an SB3 script's envs, 140 MiB more PSS and 1.3 s more to
     start, for nothing).
@@ -114,7 +114,7 @@ class EnvHost:
 
     def call(self, name: str, op: CallOp, envs: list[int], args: Pickled) -> Any:
         """SB3's call ``name`` (the engine's ``op`` on ``args``) on this actor's ``envs``: each env's
-        result as its worker pickled it. Neither is loaded here (:class:`~vecshm.pickling.Pickled`)."""
+        result as its worker pickled it. Neither is loaded here (:class:`~vecshm.shared.pickling.Pickled`)."""
         if name not in SB3_CALLS:
             raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
         return self._run(name, lambda venv: venv._call_pickled(name, op, envs, args))

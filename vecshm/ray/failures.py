@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
-from vecshm.errors import (
+from vecshm.parent.processes import describe_envs, describe_exit
+from vecshm.shared.errors import (
     ActorDiedError,
     RemoteError,
     StepTimeoutError,
@@ -21,7 +22,6 @@ from vecshm.errors import (
     WorkerError,
     remote_errors,
 )
-from vecshm.processes import describe_envs, describe_exit
 
 __all__ = ["Failure", "capture", "actor_died", "to_exception"]
 

@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.errors import SpaceMismatchError
-from vecshm.layout import tree_map
+from vecshm.shared.errors import SpaceMismatchError
+from vecshm.shared.layout import tree_map
 
 DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 

@@ -13,17 +13,17 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from vecshm.actions import batch_actions
-from vecshm.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError
-from vecshm.layout import tree_map
-from vecshm.pickling import Pickled, PickledFactory, factories_by_value
-from vecshm.processes import describe_envs
-from vecshm.protocol import Phase
+from vecshm.parent.actions import batch_actions
+from vecshm.parent.processes import describe_envs
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.ending import CLOSE_TIMEOUT, alive_nodes, end_actors, unanswered
 from vecshm.ray.failures import Failure, actor_died, to_exception
 from vecshm.ray.shares import concat, host_spaces, options_per_actor, split, writable_terminals
-from vecshm.registry import snapshot_registry
+from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError
+from vecshm.shared.layout import tree_map
+from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
+from vecshm.shared.protocol import Phase
+from vecshm.shared.registry import snapshot_registry
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
 
@@ -310,7 +310,7 @@ class RayVecEnv(VecEnv):
         """SB3's call ``name`` on each actor ``k``'s local envs ``envs_of[k]``: a list of results per actor.
 
         The arguments travel pickled to the workers, and the results pickled back, without being
-        loaded in the actors (:class:`~vecshm.pickling.Pickled` says why)."""
+        loaded in the actors (:class:`~vecshm.shared.pickling.Pickled` says why)."""
         op, call_args = SB3_CALLS[name](*args, **kwargs)
         pickled = Pickled.of(call_args)
         refs = [self.actors[k].call.remote(name, op, envs, pickled) for k, envs in envs_of.items()]

@@ -10,7 +10,7 @@ from vecshm.vec_env.base import (
     tile_images,
 )
 from vecshm.vec_env.dummy import DummyVecEnv
-from vecshm.vec_env.make import make_vec_env
+from vecshm.vec_env.make_vec_env import make_vec_env
 from vecshm.vec_env.shm import ShmVecEnv
 
 __all__ = [

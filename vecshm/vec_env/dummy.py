@@ -11,9 +11,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.actions import is_per_env
-from vecshm.env_util import is_wrapped
-from vecshm.layout import assemble, flatten, leaves
+from vecshm.parent.actions import is_per_env
+from vecshm.shared.env_util import is_wrapped
+from vecshm.shared.layout import assemble, flatten, leaves
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["DummyVecEnv"]

@@ -9,13 +9,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.calls import call, call_pickled
-from vecshm.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.facade import EngineFacade
-from vecshm.options import DEFAULT_INFO_BYTES
-from vecshm.pickling import Pickled
-from vecshm.protocol import AutoReset, CallOp
-from vecshm.results import Batch
+from vecshm.parent.calls import call, call_pickled
+from vecshm.parent.facade import EngineFacade
+from vecshm.parent.options import DEFAULT_INFO_BYTES
+from vecshm.parent.results import Batch
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.shared.pickling import Pickled
+from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
 __all__ = ["SB3_CALLS", "ShmVecEnv"]
@@ -259,7 +259,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
 
     def _call_pickled(self, name: str, op: CallOp, env_ids: Sequence[int], args: Pickled) -> list[bytes]:
         """:meth:`_call` with the engine's arguments still pickled and the results left pickled, for
-        a Ray actor that passes both on (:class:`~vecshm.pickling.Pickled` says why)."""
+        a Ray actor that passes both on (:class:`~vecshm.shared.pickling.Pickled` says why)."""
         self._check_idle(name)
         return call_pickled(self._engine, op, env_ids, args)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from vecshm.errors import InvalidArgumentError
+from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from gymnasium import spaces
 
-from vecshm.errors import InvalidArgumentError
+from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 from vecshm.wrappers.stacked_observations import StackedObservations
 

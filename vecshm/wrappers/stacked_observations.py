@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.errors import InvalidArgumentError
+from vecshm.shared.errors import InvalidArgumentError
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
 
 __all__ = ["StackedObservations"]

@@ -7,7 +7,7 @@ from copy import deepcopy
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.errors import InvalidArgumentError
+from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first

@@ -1,0 +1,64 @@
+"""Rare calls on some envs (``get_attr``, ``env_method``, ``render``, ...): pickled over the sockets.
+
+They never touch the step path: the engine writes a ``CALL`` command for the workers hosting the
+envs, the arguments follow on each worker's socket, and each worker answers on it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vecshm.shared.errors import VecShmError, remote_errors
+from vecshm.shared.pickling import Pickled
+from vecshm.shared.protocol import CallOp, Command, Message, Phase
+
+__all__ = ["call", "call_pickled"]
+
+
+def call(engine: Any, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
+    """Run a rare operation on some envs of ``engine``; each env's result."""
+    return [pickle.loads(blob) for blob in call_pickled(engine, op, env_ids, args)]
+
+
+def call_pickled(engine: Any, op: CallOp, env_ids: Sequence[int], args: tuple | Pickled) -> list[bytes]:
+    """:func:`call` for a process that only passes arguments and results on (a Ray actor): the
+    arguments may come still pickled (:class:`~vecshm.shared.pickling.Pickled`, loaded by the workers),
+    and each env's result is returned as its worker pickled it."""
+    engine.check_usable()
+    n = engine.num_envs
+    ids = [int(i) for i in env_ids]
+    for i in ids:
+        if not -n <= i < n:
+            raise IndexError(f"env index {i} is out of range for {n} envs")
+    ids = [i % n for i in ids]  # negative indices count from the end, as in a list
+    by_worker: dict[int, list[int]] = {}
+    for i in ids:
+        by_worker.setdefault(int(engine.plan.env_worker[i]), []).append(i)
+    workers = np.array(sorted(by_worker), dtype=np.int64)
+    if len(workers) == 0:
+        return []
+    during = Phase.of_call(op)
+    engine.submit(Command.CALL, workers, 0, during)
+    for w in workers.tolist():
+        engine.send(w, (op, by_worker[w], args), during)
+    deadline = None if engine.timeout is None else time.monotonic() + engine.timeout
+    results: dict[int, bytes] = {}
+    records = []
+    try:
+        for w in workers.tolist():
+            kind, payload = engine.pool.recv(w, deadline, during)
+            if kind == Message.ERROR:
+                records += payload
+            else:
+                results.update(zip(by_worker[w], payload))  # pickled one by one (pickling.dumps)
+    except VecShmError as failure:
+        engine.fail(failure)
+        raise
+    if records:
+        raise remote_errors(records)
+    return [results[i] for i in ids]

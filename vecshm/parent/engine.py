@@ -1,0 +1,252 @@
+"""The API-neutral engine: sends commands to workers, and waits for their results.
+
+The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
+the engine decides how they travel. A step is: check and copy actions into shared memory, write
+each worker's command word, ring its doorbell (:meth:`Engine.submit`, which returns the command's
+:class:`~vecshm.parent.waiting.Ticket`), then wait on one shared doorbell after a short, bounded spin
+(:mod:`vecshm.parent.waiting`). Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's
+death does is the failure policy's (:mod:`vecshm.parent.restart`); rare calls are :mod:`vecshm.parent.calls`.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from vecshm.parent.actions import ActionWriter
+from vecshm.parent.balance import CoreBalance
+from vecshm.parent.options import EngineOptions
+from vecshm.parent.plan import VecEnvPlan, as_env_list
+from vecshm.parent.pool import WorkerPool
+from vecshm.parent.restart import failure_policy
+from vecshm.parent.results import (
+    DEFAULT_LENDABLE_SLOTS,
+    NO_EXTRAS,
+    Batch,
+    Collected,
+    Extras,
+    ObservationSlots,
+    ResultReader,
+)
+from vecshm.parent.ring import UnitRing, segment_spec
+from vecshm.parent.start_methods import refuse_inside_worker_start_up
+from vecshm.parent.waiting import Ticket, Waiter, finished_workers, written_units
+from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
+from vecshm.shared.buffers import Buffers
+from vecshm.shared.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
+from vecshm.shared.protocol import Command, Phase
+from vecshm.shared.registry import snapshot_registry
+from vecshm.shared.transport import choose_transport
+
+__all__ = ["Engine", "EngineState"]
+
+
+class EngineState(Enum):
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class Engine:
+    """Workers, shared buffers and the handshake for one vec env."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], options: EngineOptions) -> None:
+        """Start the workers and map the shared segment."""
+        refuse_inside_worker_start_up()
+        fns = as_env_list(env_fns)
+        self.options = options
+        self.transport = choose_transport()
+        parent_cores = None if options.pin_parent is None else check_cores(options.pin_parent, "pin_parent")
+        context = options.context()
+        self.num_envs = len(fns)
+        self.start_method = context.get_start_method()
+        self.timeout = options.timeout
+        cores = usable_cores()
+        self.plan = plan = VecEnvPlan.build(
+            self.num_envs, options.envs_per_worker, len(cores), options.max_workers, options.async_batch,
+            commands="per_process" if options.restarts else "auto",
+        )  # fmt: skip
+        self.worker_cores = plan_worker_cores(options.cpu_affinity, plan.num_processes)  # per process
+        settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
+        self._state, self._failure = EngineState.READY, ""
+        self.nbytes = 0  # the segment's size, once laid out
+        registry = b"" if self.start_method == "fork" else snapshot_registry()
+        self.pool = WorkerPool(fns, plan, options, context, settings, self.transport, registry)
+        self._finalizer = weakref.finalize(self, self.pool.shutdown)
+        try:
+            self._start(len(cores))
+        except BaseException:
+            self.close()
+            raise
+        if parent_cores is not None:  # after the workers exist, so that none inherits it
+            pin_calling_process(parent_cores, options.limit_threads)
+        placed = options.cpu_affinity is not None or parent_cores is not None  # the caller's placement stays
+        # the pool's method, not the engine's: the balance must not keep the engine alive
+        self.balance = CoreBalance(cores, self.buffers.busy, self.pool.pids, not placed, self.waiter)
+
+    def _start(self, num_cores: int) -> None:
+        """Build the envs, lay out and map the segment, and set up waiting and the failure policy."""
+        options, plan = self.options, self.plan
+        deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
+        reported = self.pool.collect_ready(deadline)
+        options.check_all_spaces(reported)
+        self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them
+        self.observation_space, self.action_space = reported[0]
+        self.spec = segment_spec(
+            plan, self.observation_space, self.action_space, options, 1 + DEFAULT_LENDABLE_SLOTS
+        )  # fmt: skip
+        self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=options.restarts)
+        self.nbytes = self.spec.plan().size
+        self.slots = ObservationSlots(self.buffers)
+        self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
+        self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if self.spec.ring_units else None
+        self._action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
+        self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
+        every_env: list[dict[str, Any] | None] = [{}] * self.num_envs
+        resend = lambda w: self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # noqa: E731
+        self.policy = failure_policy(options.restarts, plan, self.pool, self.waiter, self.reader, resend)
+
+    def check_usable(self) -> None:
+        if self._state is EngineState.CLOSED:
+            raise ClosedError("this vec env is closed; create a new one")
+        if self._state is EngineState.FAILED:
+            raise FailedError(f"this vec env failed earlier and can only be closed: {self._failure}")
+
+    def fail(self, error: BaseException) -> None:
+        """The vec env cannot go on after ``error``: its workers are shut down, and it can only be closed."""
+        self._state = EngineState.FAILED
+        self._failure = str(error).split("\n", 1)[0]
+        self.pool.shutdown()
+
+    def close(self) -> None:
+        self._state = EngineState.CLOSED
+        for part in ("slots", "ring", "balance"):
+            if getattr(self, part, None) is not None:
+                getattr(self, part).close()
+        self._finalizer()
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def send_step(self, actions: Any, copy: bool) -> Ticket:
+        """Write one row of ``actions`` per env and start a step on every worker; ``wait_all``
+        returns its results (``copy``: observations the caller owns; else views of slot 0)."""
+        dynamic = self.write_actions(actions)
+        if self.balance.active:  # every worker runs at once: every core for them
+            self.balance.release()
+        return self.start_step(self.plan.all_workers, self.slots.acquire() if copy else 0, dynamic)
+
+    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
+        """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
+        fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
+        command, or None. Nothing is written when the check fails."""
+        dynamic = self._action_writer.write(actions, env_ids)
+        if dynamic is None:
+            return None
+        return dict(zip(range(self.num_envs) if env_ids is None else env_ids.tolist(), dynamic))
+
+    def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
+        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``."""
+        ticket = self.submit(Command.STEP, workers, slot, Phase.STEP)
+        if dynamic is not None:
+            for w in workers.tolist():
+                self.send(w, {i: dynamic.pop(i) for i in range(*self.plan.worker_slices[w])}, Phase.STEP)
+        return ticket
+
+    def send_resets(
+        self, requests: list[dict[str, Any] | None], slot: int, workers: np.ndarray | None = None
+    ) -> Ticket:
+        """Start a reset of ``workers`` (None: every worker, a whole batch, which gives the workers
+        every core again); ``requests[i]``: env ``i``'s ``reset`` keywords (as the facade's peer
+        passes them), or None to keep its observation (rewritten into ``slot``: a batch is whole)."""
+        if workers is None:
+            workers = self.plan.all_workers
+            if self.balance.active:
+                self.balance.release()
+        ticket = self.submit(Command.RESET, workers, slot, Phase.RESET)
+        for w in workers.tolist():
+            start, stop = self.plan.worker_slices[w]
+            self.send(w, requests[start:stop], Phase.RESET)
+        return ticket
+
+    def submit(self, command: Command, workers: np.ndarray, slot: int, phase: Phase) -> Ticket:
+        """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or
+        ``ring.CLAIM``). Each worker's command word, slot and sequence number are written before
+        its doorbell rings: the segment is the record of what was sent."""
+        b = self.buffers
+        if workers is self.plan.all_workers:  # whole-array writes
+            b.prev_slot[:] = b.obs_slot
+            b.obs_slot[:] = slot
+            b.cmd[:] = int(command)
+            b.cmd_seq += 1
+            expected = b.cmd_seq.copy()
+            for bell in self.pool.doorbells:
+                bell.ring()
+        else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
+            ids = workers.tolist()
+            for w in ids:
+                b.prev_slot[w] = b.obs_slot[w]
+                b.obs_slot[w] = slot
+                b.cmd[w] = int(command)
+                b.cmd_seq[w] += 1
+            expected = b.cmd_seq[workers]
+            process_of, doorbells = self.plan.process_of, self.pool.doorbells
+            for p in dict.fromkeys(process_of[w] for w in ids):
+                doorbells[p].ring()
+        return Ticket(workers, expected, slot, phase, 0.0 if self.timeout is None else time.monotonic())
+
+    def send(self, w: int, message: Any, during: Phase) -> None:
+        """Send worker ``w`` what its command needs. A worker that died while idle has closed its
+        end: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
+        failure policy will replace it at the next wait, which gives its envs a reset of their own."""
+        try:
+            self.pool.send(w, message, during)
+        except WorkerDiedError as error:
+            if self.policy.forgives(error, during):
+                return
+            self.fail(error)
+            raise
+
+    # -- waits ------------------------------------------------------------------------------------
+
+    def wait_all(self, ticket: Ticket, timeout: float | None = None) -> Batch:
+        """Wait for a command every worker was sent (:meth:`send_step`, :meth:`send_resets`); its results."""
+        try:
+            collected = self.collect(ticket, timeout=timeout)
+        except BaseException:
+            self.slots.release(ticket.slot)  # nobody will read it; the workers finish before their next command
+            raise
+        return Batch(self.reader, None, collected.extras, self.slots.lend(ticket.slot) if ticket.slot > 0 else None)
+
+    def collect(self, ticket: Ticket, need: int | None = None, timeout: float | None = None) -> Collected:
+        """Wait until ``need`` (default: all) of ``ticket``'s workers finished; exactly those (the
+        first found, in the ticket's order), with their extras. ``timeout`` overrides the engine's."""
+        ready = finished_workers(self.buffers, len(ticket.workers) if need is None else need)
+        return self._collect(ticket, timeout, ready)
+
+    def collect_units(self, units: np.ndarray, ticket: Ticket, timeout: float | None = None) -> Collected:
+        """Wait until the ring's ``units`` hold finished steps (see :mod:`vecshm.parent.ring`); the workers
+        that wrote them, in unit order. ``ticket``'s workers are those in flight, one of which will
+        claim each unit; one that fails claims none, so its error ends the wait."""
+        return self._collect(ticket, timeout, written_units(self.buffers, self.ring, units))
+
+    def _collect(self, ticket: Ticket, timeout: float | None, ready: Callable[[Ticket], Any]) -> Collected:
+        """Wait until ``ready`` names finished workers, then read their sockets (errors raise). A
+        restarted worker's envs end their lost episode once its reset is collected (maybe later)."""
+        policy = self.policy
+        try:
+            done, ticket = self.waiter.wait(
+                ticket, self.timeout if timeout is None else timeout, ready, policy.on_death
+            )
+            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if policy.restarting else {}
+            piped = self.waiter.gather(done, ticket.phase)
+        except VecShmError as error:
+            self.fail(error)
+            raise
+        if policy.keeps_piped_obs:
+            policy.keep_piped_obs(self.plan.env_ids_of(done), piped)
+        return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)

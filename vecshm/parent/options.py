@@ -1,0 +1,129 @@
+"""The engine's options, checked in one place for both facades.
+
+Each facade maps its peer's keywords (``SubprocVecEnv``'s, ``AsyncVectorEnv``'s) onto one
+:class:`EngineOptions`; the checks, defaults and derived settings (the start method's context,
+spin budgets) live here, so the two facades cannot drift apart on what a keyword means.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gymnasium import spaces
+
+from vecshm.parent.start_methods import default_start_method, preload_in_forkserver
+from vecshm.shared.errors import SpaceMismatchError
+from vecshm.shared.layout import leaves
+from vecshm.shared.protocol import AutoReset
+
+__all__ = ["EngineOptions", "DEFAULT_INFO_BYTES", "check_same_layout", "tuple_of_values"]
+
+DEFAULT_INFO_BYTES = 2048
+DEFAULT_SPIN_SECONDS = 1e-3
+# A worker waits for its next command while the learner computes actions: spinning through that
+# time takes cores from the learner, while a loop with no learner work turns a step round mostly
+# within a short spin (docs/benchmarks.md, "Spinning"). Only the automatic setting is capped.
+WORKER_SPIN_SECONDS = 150e-6
+SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
+ON_WORKER_FAILURE = ("raise", "restart")
+
+
+def _same_layout(a: spaces.Space, b: spaces.Space) -> bool:
+    def layout(space: spaces.Space) -> list[tuple[Any, ...]]:
+        return [(x.path, x.shape, x.dtype, x.dynamic) for x in leaves(space)]
+
+    return layout(a) == layout(b)
+
+
+def check_same_layout(env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> None:
+    """The engine's own rule: every env's spaces must lay out as env 0's (bounds may differ)."""
+    observation_space, action_space = env_spaces[0]
+    for i, (obs_space, act_space) in enumerate(env_spaces):
+        if not (_same_layout(obs_space, observation_space) and _same_layout(act_space, action_space)):
+            raise SpaceMismatchError(
+                f"env {i} has spaces {obs_space} / {act_space}, which differ from env 0's "
+                f"{observation_space} / {action_space}; all envs of a vec env must share their spaces"
+            )
+
+
+def tuple_of_values(space: spaces.Space, values: list[Any]) -> tuple[Any, ...]:
+    """The default batch of a dynamic leaf: a tuple of the envs' values (Gymnasium's ``concatenate``)."""
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a facade asks of the engine.
+
+    ``check_spaces`` gets every env's ``(observation_space, action_space)`` and raises if the
+    facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf (see
+    :mod:`vecshm.shared.layout`) as the facade's peer does; ``max_workers`` caps the processes;
+    ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``;
+    ``async_batch``: the size of the async batches to come (None: whole batches only).
+    """
+
+    autoreset: AutoReset
+    reward_codes: bool = False
+    start_method: str | None = None
+    envs_per_worker: int | None = None
+    info_bytes: int = DEFAULT_INFO_BYTES
+    timeout: float | None = None
+    daemon: bool = True
+    spin: float | None = None
+    cpu_affinity: Any = None
+    pin_parent: Sequence[int] | None = None
+    limit_threads: bool = True
+    on_worker_failure: str = "raise"
+    check_spaces: Callable[[list[tuple[spaces.Space, spaces.Space]]], None] = check_same_layout
+    batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = tuple_of_values
+    max_workers: int | None = None
+    async_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_worker_failure not in ON_WORKER_FAILURE:
+            raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {self.on_worker_failure!r}")
+        if self.restarts and self.autoreset is not AutoReset.SAME_STEP:
+            raise ValueError("on_worker_failure='restart' needs same-step autoreset (the SB3 facade, ShmVecEnv)")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout!r}")
+        if self.info_bytes < 0:
+            raise ValueError(f"info_bytes must be >= 0, got {self.info_bytes}")
+
+    def check_all_spaces(self, env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> None:
+        """The facade's rule (``check_spaces``), then the engine's: the shared layout needs it."""
+        self.check_spaces(env_spaces)
+        if self.check_spaces is not check_same_layout:
+            check_same_layout(env_spaces)
+
+    @property
+    def restarts(self) -> bool:
+        """Whether a dead worker is rebuilt (else its death fails the vec env)."""
+        return self.on_worker_failure == "restart"
+
+    def context(self) -> mp.context.BaseContext:
+        """The multiprocessing context of the start method (its forkserver preloading vecshm)."""
+        method = self.start_method or default_start_method()
+        if method not in mp.get_all_start_methods():
+            raise ValueError(
+                f"cannot find context for {method!r}: start_method must be one of {mp.get_all_start_methods()}"
+            )
+        if method == "forkserver":
+            preload_in_forkserver()
+        return mp.get_context(method)
+
+    @property
+    def parent_spin_seconds(self) -> float:
+        """Longest busy-wait of the parent before it sleeps (its spinner adapts below it)."""
+        if self.spin is not None:
+            return max(0.0, float(self.spin))
+        return DEFAULT_SPIN_SECONDS if platform.machine() in SPIN_ARCHES else 0.0
+
+    @property
+    def worker_spin_seconds(self) -> float:
+        """Longest busy-wait of a worker between commands: the parent's, capped unless set."""
+        budget = self.parent_spin_seconds
+        return budget if self.spin is not None else min(budget, WORKER_SPIN_SECONDS)

@@ -1,0 +1,156 @@
+"""How a vec env's envs map to processes and workers: decided once, then only read.
+
+A *process* hosts a contiguous slice of envs. A *worker* is what a command runs on: the envs it
+steps together, and publishes together when the last is done. By default a worker is a whole
+process's envs. For async batches that are not exactly one process's envs (and not under the
+restart policy), each env is a worker of its own, and a process hosts several: it runs the
+commands of those that have one, one after the other, and publishes each env as soon as it is
+done, so a batch fills env by env (docs/design.md, "Async batches"). The pool, the pinning and
+the batches all read the one :class:`VecEnvPlan`; none works these tables out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["VecEnvPlan", "split_envs", "as_env_list", "COMMANDS"]
+
+COMMANDS = ("auto", "per_process", "per_env")  # how a plan sizes commands (see VecEnvPlan.build)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True)
+class VecEnvPlan:
+    """The tables of one vec env. ``process_slices[p]``: the envs process ``p`` hosts;
+    ``worker_slices[w]``: the envs worker ``w`` steps; ``lanes[p]``: the workers process ``p``
+    hosts; ``process_of[w]``: worker ``w``'s process; ``env_worker[i]``: env ``i``'s worker."""
+
+    num_envs: int
+    process_slices: tuple[tuple[int, int], ...]
+    worker_slices: tuple[tuple[int, int], ...]
+    lanes: tuple[tuple[int, int], ...]
+    process_of: tuple[int, ...]
+    env_worker: np.ndarray
+    all_workers: np.ndarray
+    env_table: np.ndarray | None  # envs by worker, where every worker hosts as many (else None)
+
+    @classmethod
+    def build(
+        cls,
+        num_envs: int,
+        envs_per_worker: int | None,
+        num_cores: int,
+        max_workers: int | None = None,
+        async_batch: int | None = None,
+        commands: str = "auto",
+    ) -> VecEnvPlan:
+        """The plan for ``num_envs`` envs: process slices from ``split_envs``. ``commands``:
+        ``"auto"`` runs them env by env where async batches of ``async_batch`` envs are not exactly
+        one process's envs; ``"per_process"`` never does (the restart policy rebuilds whole
+        processes), ``"per_env"`` always does (to measure the choice)."""
+        if commands not in COMMANDS:
+            raise ValueError(f"commands must be one of {COMMANDS}, got {commands!r}")
+        processes = split_envs(num_envs, envs_per_worker, num_cores, max_workers)
+        per_env = commands == "per_env" or (
+            commands == "auto"
+            and async_batch is not None
+            and 0 < async_batch < num_envs
+            and any(stop - start != async_batch for start, stop in processes)
+        )
+        if per_env:
+            workers, lanes = [(i, i + 1) for i in range(num_envs)], processes
+        else:
+            workers, lanes = processes, [(p, p + 1) for p in range(len(processes))]
+        sizes = [b - a for a, b in workers]
+        env_worker = np.repeat(np.arange(len(workers)), sizes)
+        uniform = len(set(sizes)) == 1
+        return cls(
+            num_envs=num_envs,
+            process_slices=tuple(processes),
+            worker_slices=tuple(workers),
+            lanes=tuple(lanes),
+            process_of=tuple(p for p, (a, b) in enumerate(lanes) for _ in range(a, b)),
+            env_worker=_frozen(env_worker),
+            all_workers=_frozen(np.arange(len(workers))),
+            env_table=_frozen(np.arange(num_envs).reshape(len(workers), -1)) if uniform else None,
+        )
+
+    @property
+    def num_processes(self) -> int:
+        return len(self.process_slices)
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.worker_slices)
+
+    def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
+        """The envs ``workers`` host, worker by worker (a new array)."""
+        if self.env_table is not None:
+            return self.env_table[workers].reshape(-1)
+        return np.concatenate([np.arange(*self.worker_slices[w]) for w in workers.tolist()])
+
+    def worker_envs(self, w: int) -> list[int]:
+        return list(range(*self.worker_slices[w]))
+
+    def process_envs(self, p: int) -> list[int]:
+        return list(range(*self.process_slices[p]))
+
+    def ring_unit_rows(self, env_bytes: int, min_unit_bytes: int, restartable: bool) -> int:
+        """Rows per unit of the async ring (see :mod:`vecshm.parent.ring`), or 0 to copy async batches.
+
+        A unit holds one worker's envs, so every worker must host as many. A worker restart loses
+        the unit its predecessor claimed, so the restart policy copies; so do observations of
+        ``env_bytes`` too small for lending to pay (a unit under ``min_unit_bytes``)."""
+        if self.env_table is None or restartable:
+            return 0
+        rows = self.env_table.shape[1]
+        return rows if env_bytes and rows * env_bytes >= min_unit_bytes else 0
+
+
+def as_env_list(env_fns: Any) -> list[Any]:
+    fns = list(env_fns)
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(
+                f"env_fns[{i}] is {type(fn).__name__}, not a callable that returns an env; "
+                "pass factories, e.g. [lambda: gym.make('CartPole-v1') for _ in range(n)]"
+            )
+    if not fns:
+        raise ValueError("env_fns is empty: a vec env needs at least one env factory")
+    return fns
+
+
+def split_envs(
+    num_envs: int, envs_per_worker: int | None, num_cores: int, max_workers: int | None = None
+) -> list[tuple[int, int]]:
+    """Contiguous env slices, one per worker process.
+
+    ``envs_per_worker`` each (the last takes what is left: 5 envs by 2 give 2, 2 and 1), or, by
+    default, spread as evenly as possible over the cores, and over at most ``max_workers``.
+    """
+    if envs_per_worker is None:
+        workers = max(1, min(num_envs, num_cores, max_workers or num_envs))
+        bounds = np.linspace(0, num_envs, workers + 1).round().astype(int)
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be a positive integer, got {envs_per_worker!r}")
+    slices = [(s, min(s + int(envs_per_worker), num_envs)) for s in range(0, num_envs, int(envs_per_worker))]
+    if max_workers is not None and len(slices) > max_workers:
+        raise ValueError(
+            f"envs_per_worker={envs_per_worker} makes {len(slices)} workers for {num_envs} envs, more than "
+            f"max_concurrency={max_workers} allows; pass envs_per_worker >= {-(-num_envs // max_workers)}"
+        )
+    return slices
+
+
+def slice_sizes(slices: Sequence[tuple[int, int]]) -> np.ndarray:
+    """How many envs each slice holds."""
+    return np.array([stop - start for start, stop in slices], dtype=np.int64)

@@ -1,0 +1,387 @@
+"""Worker processes of one vec env: start-up handshake, liveness, and shutdown that always finishes.
+
+``WorkerPool`` owns every OS resource (processes, sockets, doorbells, the segment). Its
+``shutdown`` is idempotent and is also registered with ``weakref.finalize``, so a vec env that is
+garbage-collected or still open at interpreter exit never leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import secrets
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from multiprocessing import reduction
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+import psutil
+
+from vecshm.parent.options import EngineOptions
+from vecshm.parent.plan import VecEnvPlan
+from vecshm.parent.processes import (
+    WORKER_PROCESSES,
+    ctrl_c_after_the_starts,
+    descendants_or_marked,
+    describe_exit,
+    describe_worker,
+    end_processes,
+    is_guard,
+    own_temp_dir,
+)
+from vecshm.shared.buffers import Buffers, BufferSpec
+from vecshm.shared.errors import StepTimeoutError, WorkerDiedError, remote_error
+from vecshm.shared.memory import NamedSegment, Segment
+from vecshm.shared.pickling import factories_by_value
+from vecshm.shared.protocol import Command, Message, Phase, receive_addressed
+from vecshm.shared.sync import new_doorbell
+from vecshm.shared.transport import Transport
+from vecshm.shared.units import UnitPipe
+from vecshm.worker.guard import is_mp_helper, terminate_then_kill, worker_mark
+from vecshm.worker.main import WorkerSpec, worker_main
+
+__all__ = ["WorkerPool"]
+
+CLOSE_GRACE_SECONDS = 5.0
+SPAWNED_GRACE_SECONDS = 1.0  # for processes the envs started and left running, once their workers are gone
+
+
+class WorkerPool:
+    """Starts one process per slice of envs and tears them all down, whatever state they are in."""
+
+    def __init__(
+        self,
+        env_fns: list[Any],
+        plan: VecEnvPlan,
+        options: EngineOptions,
+        context: mp.context.BaseContext,
+        worker_settings: list[dict[str, Any]],
+        transport: Transport,
+        registry: bytes = b"",
+    ) -> None:
+        """Start a process per slice of ``plan``, each building its envs from ``env_fns``; ``options``
+        give their autoreset mode, reward codes, daemon flag and spin; ``registry``: the parent's
+        Gymnasium registry, for processes that do not inherit it."""
+        self.plan = plan
+        slices, self.lanes, self.process_of = plan.worker_slices, plan.lanes, plan.process_of
+        self.context = context
+        self.transport = transport
+        self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
+        # A forked worker inherits the factories as they are, as SubprocVecEnv's and AsyncVectorEnv's
+        # do: pickling them would refuse factories those accept under fork.
+        method = context.get_start_method()
+        forks = method == "fork"
+        where = f"a {method} worker process"
+        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in plan.process_slices]
+        tempdir = own_temp_dir() if method == "forkserver" else None
+        self.mark = secrets.token_hex(8)  # what the envs start carries it (vecshm.worker.guard.worker_mark)
+        self.specs = [
+            WorkerSpec(
+                index=p,
+                env_start=start,
+                env_fns=payloads[p],
+                conn=None,  # type: ignore[arg-type]  (set per process start)
+                doorbell=new_doorbell(transport),
+                done_bell=None,  # type: ignore[arg-type]
+                autoreset=options.autoreset,
+                reward_codes=options.reward_codes,
+                spin_seconds=options.worker_spin_seconds,
+                settings=worker_settings[p],
+                parent_pid=self.owner_pid,
+                registry=registry,
+                owner_tempdir=tempdir,
+                pool_mark=self.mark,
+                lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
+            )
+            for p, (start, _) in enumerate(plan.process_slices)
+        ]
+        self.daemon = options.daemon
+        self.doorbells = [spec.doorbell for spec in self.specs]
+        self.done_bell = new_doorbell(transport)
+        self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.ring)
+        self.processes: list[Any] = [None] * len(self.lanes)
+        self.conns: list[Connection] = [None] * len(self.lanes)  # type: ignore[list-item]
+        # per process: messages received for workers other than the one a recv waited for
+        self._inbox: list[dict[int, deque[Any]]] = [{} for _ in self.lanes]
+        self.buffers: Buffers | None = None
+        self.segment: Segment | NamedSegment | None = None
+        self.stuck: set[int] = set()
+        self.built: set[int] = set()  # workers whose envs exist (they reported "ready")
+        self.closed = False
+        try:
+            with ctrl_c_after_the_starts():
+                for p in range(len(self.lanes)):
+                    self._start_process(p)
+        except BaseException:
+            self.shutdown()  # the workers already started: none outlives a failed start
+            raise
+
+    def _start_process(self, p: int) -> None:
+        parent_conn, child_conn = self.context.Pipe(duplex=True)
+        spec = self.specs[p]
+        spec.conn, spec.done_bell, spec.claims = child_conn, self.done_bell, self.claims
+        process = self.context.Process(target=worker_main, args=(spec,), daemon=self.daemon, name=f"vecshm-worker-{p}")
+        try:
+            process.start()
+            WORKER_PROCESSES.add(process)
+        except (OSError, EOFError) as exc:  # no process could be made (limits), or the forkserver is gone
+            parent_conn.close()
+            envs = self.plan.process_envs(p)
+            raise WorkerDiedError(
+                f"{describe_worker(p, envs)} could not be started: {type(exc).__name__}: {exc}",
+                envs,
+                None,
+            ) from exc
+        finally:
+            child_conn.close()
+            spec.conn = None  # type: ignore[assignment]
+        self.conns[p], self.processes[p] = parent_conn, process
+        self._inbox[p] = {}
+
+    def pids(self) -> list[int]:
+        """The worker processes' pids now (a restarted worker has a new one)."""
+        return [process.pid for process in self.processes]
+
+    def send(self, w: int, message: Any, during: Phase) -> None:
+        """Send worker ``w`` a message (over its process's connection, addressed to it)."""
+        self._send_process(self.process_of[w], (w, message), during)
+
+    def _send_process(self, p: int, message: Any, during: Phase, handle: int | None = None) -> None:
+        """Send process ``p`` a message, and then the descriptor ``handle`` if given. A process that
+        died has closed its end: that is a ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
+        try:
+            self.conns[p].send(message)
+            if handle is not None:
+                reduction.send_handle(self.conns[p], handle, self.processes[p].pid)
+        except (BrokenPipeError, ConnectionResetError):
+            self.raise_died(p, during)
+
+    # -- start-up ---------------------------------------------------------------------------------
+
+    def collect_ready(self, deadline: float | None) -> list[tuple[Any, Any]]:
+        """``(observation_space, action_space)`` of every env, in env order, once all exist.
+
+        Waits on every process at once, so that the first construction error, or a dead process, is
+        raised as soon as it happens rather than after the slower processes have built their envs
+        (a simulator that takes 30 s to load would otherwise hide a typo for 30 s).
+        """
+        replies: list[Any] = [None] * len(self.lanes)
+        for p, reply in self.replies(range(len(self.lanes)), deadline, Phase.CONSTRUCTION):
+            if reply[0] == Message.ERROR:
+                raise remote_error(reply[1])
+            self.built.add(p)
+            replies[p] = reply
+        return [env_spaces for reply in replies for env_spaces in cloudpickle.loads(reply[1])]
+
+    def attach(self, spec: BufferSpec, deadline: float | None, keep_fd: bool = False) -> Buffers:
+        """Create the segment, hand its descriptor to every process, and close it once all have mapped it.
+
+        ``keep_fd`` keeps the descriptor so that a restarted process can map the segment too.
+        """
+        self.buffer_spec = spec
+        size = spec.plan().size
+        self.segment = Segment(size) if self.transport.native else NamedSegment(size)
+        for p in range(len(self.lanes)):
+            self._send_segment(p, Phase.START_UP)
+        for p in range(len(self.lanes)):
+            self._recv_process(p, deadline, Phase.START_UP)
+        if not keep_fd:
+            self.segment.release_fd()
+        self.buffers = Buffers(spec, self.segment)
+        return self.buffers
+
+    def _send_segment(self, p: int, during: Phase) -> None:
+        """Tell process ``p`` where the segment is: its descriptor (native) or its name (portable)."""
+        if isinstance(self.segment, NamedSegment):
+            self._send_process(p, (Message.ATTACH, self.buffer_spec, self.segment.name), during)
+        else:
+            self._send_process(p, (Message.ATTACH, self.buffer_spec, None), during, handle=self.segment.fd)
+
+    def restart(self, p: int, deadline: float | None) -> None:
+        """Replace dead process ``p`` by a new one that builds the same envs and maps the segment."""
+        old = self.processes[p]
+        old.join(1.0)
+        old.close()
+        self.conns[p].close()
+        self.conns[p] = self.processes[p] = None  # until the new one has started
+        with ctrl_c_after_the_starts():
+            self._start_process(p)
+        reply = self._recv_process(p, deadline, Phase.RESTART)
+        if reply[0] == Message.ERROR:
+            raise remote_error(reply[1])
+        self._send_segment(p, Phase.RESTART)
+        self._recv_process(p, deadline, Phase.RESTART)
+
+    # -- messages and liveness --------------------------------------------------------------------
+
+    def recv(self, w: int, deadline: float | None, during: Phase) -> Any:
+        """Receive what worker ``w`` sent; a dead process or a passed deadline raise instead of hanging.
+
+        A process's workers share its connection: what arrives for the others waits for their recv.
+        """
+        p = self.process_of[w]
+        return receive_addressed(self._inbox[p], w, lambda: self._recv_process(p, deadline, during))
+
+    def _recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
+        return next(self.replies([p], deadline, during))[1]
+
+    def replies(self, processes: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:
+        """``(p, message)``: the next message of each of ``processes``, in the order they arrive; a
+        dead process or a passed deadline raise instead of hanging."""
+        pending = list(processes)
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = set(wait([self.conns[p] for p in pending] + [self.processes[p].sentinel for p in pending], timeout))
+            for p in list(pending):
+                if self.conns[p] in ready:
+                    try:
+                        message = self.conns[p].recv()
+                    except EOFError:
+                        self.raise_died(p, during)
+                    pending.remove(p)
+                    yield p, message
+                elif self.processes[p].sentinel in ready:
+                    self.raise_died(p, during)
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                self.raise_timeout([w for p in pending for w in range(*self.lanes[p])], during)
+
+    def raise_died(self, p: int, during: Phase, note: str = "") -> None:
+        process = self.processes[p]
+        process.join(1.0)
+        envs = self.plan.process_envs(p)
+        running = self.running_env(p, during)
+        running = "" if running is None else f"; env {running} was running"
+        raise WorkerDiedError(
+            f"{describe_worker(p, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
+            "The vec env cannot continue; close() it and create a new one."
+            + self._start_up_hint(process.exitcode, during),
+            envs,
+            process.exitcode,
+        )
+
+    def _start_up_hint(self, exitcode: int | None, during: Phase) -> str:
+        """Why a worker that never reported may have died: the usual cause is a missing main guard."""
+        method = self.context.get_start_method()
+        if during is not Phase.CONSTRUCTION or exitcode != 1 or method == "fork":
+            return ""
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
+        script = f" ({main})" if main else ""
+        return (
+            f"\n\nWith start_method={method!r}, each worker first re-imports the main script{script}. A script "
+            "that creates the vec env at module level makes every worker try to start workers of its own, and "
+            "they exit (the worker's stderr shows multiprocessing's 'bootstrapping phase' RuntimeError). Put the "
+            'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
+        )
+
+    def running_env(self, p: int, during: Phase) -> int | None:
+        """The env process ``p`` was stepping or resetting (it records each before starting it), or
+        None: between commands, or not yet started on one."""
+        for w in range(*self.lanes[p]):
+            running = self._running_env_of(w, during)
+            if running is not None:
+                return running
+        return None
+
+    def _running_env_of(self, w: int, during: Phase) -> int | None:
+        """The env worker ``w`` was stepping or resetting, or None (see ``running_env``)."""
+        if self.buffers is None or not during.runs_envs:
+            return None
+        env = int(self.buffers.progress[w])
+        start, stop = self.plan.worker_slices[w]
+        return env if start <= env < stop else None
+
+    def raise_timeout(self, workers: list[int], during: Phase) -> None:
+        """A ``StepTimeoutError`` naming, in each process with unfinished ``workers``, the env it was
+        running (the others of its envs only wait behind that one), or, with none running, their envs."""
+        processes: dict[int, list[int]] = {}
+        for w in workers:
+            processes.setdefault(self.process_of[w], []).append(w)
+        self.stuck.update(processes)
+        envs = []
+        for p, waiting in processes.items():
+            running = self.running_env(p, during)
+            envs += [running] if running is not None else [i for w in waiting for i in self.plan.worker_envs(w)]
+        raise StepTimeoutError(
+            f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
+            envs,
+        )
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Ask every worker to close its envs, then make sure each process is gone.
+
+        In a process forked from the owner (``os.fork()``), this pool is a copy: closing it there,
+        explicitly, by garbage collection or at the copy's exit, only drops the copy's descriptors
+        and mapping. Asking the workers to close would stop the owner's vec env under it.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        if os.getpid() == self.owner_pid:
+            spawned = self._spawned_by_envs()
+            self._ask_to_close()
+            self._reap()
+            terminate_then_kill(spawned, SPAWNED_GRACE_SECONDS)
+        for conn in self.conns:
+            if conn is not None:  # None: a worker whose start failed
+                conn.close()
+        for bell in [*self.doorbells, self.done_bell]:
+            bell.close()
+        self.claims.close()  # before the buffers go: lent async batches then give nothing back
+        if self.buffers is not None:
+            self.buffers.release()
+        if self.segment is not None:
+            self.segment.close()
+
+    def _ask_to_close(self) -> None:
+        if self.buffers is None:  # still in the start-up handshake
+            for p, conn in enumerate(self.conns):
+                if conn is None:
+                    continue
+                if self.segment is not None or (p not in self.built and not conn.poll()):
+                    # A worker reads "close" only between building its envs and mapping the
+                    # segment. One still building (start-up failed elsewhere, or Ctrl-C), or one
+                    # sent the segment (it may be waiting for commands already), is ended at once,
+                    # as a stuck one is.
+                    self.stuck.add(p)
+                    continue
+                try:
+                    conn.send((Message.CLOSE,))
+                except OSError:
+                    pass
+            return
+        for p, process in enumerate(self.processes):
+            if process is not None and p not in self.stuck and process.exitcode is None:
+                first, last = self.lanes[p]
+                self.buffers.cmd[first:last] = Command.CLOSE
+                self.buffers.cmd_seq[first:last] += 1
+                self.doorbells[p].ring()
+
+    def _spawned_by_envs(self) -> list[psutil.Process]:
+        """The processes the envs started (a simulator, a server), found before the workers exit:
+        once a worker is gone they belong to init, and nothing would end them. Those are the
+        workers' descendants, and what carries a worker's mark (started in a session of its own
+        by a launcher that exited: init's already; see vecshm.worker.guard). multiprocessing's own helpers
+        (a worker's resource tracker or forkserver) are left out: they end by themselves when
+        their worker does, after cleaning up after it."""
+        workers = [process.pid for process in self.processes if process is not None and process.exitcode is None]
+        if not workers:
+            return []
+        marks = {worker_mark(self.mark, pid) for pid in workers}
+        return [p for p in descendants_or_marked(workers, marks) if not (is_mp_helper(p) or is_guard(p))]
+
+    def _reap(self) -> None:
+        """Join within a grace period (the stuck workers terminated at once); terminate, then kill,
+        whatever is still running."""
+        started = [(w, process) for w, process in enumerate(self.processes) if process is not None]
+        for w, process in started:
+            if w in self.stuck:
+                process.terminate()
+        end_processes([process for _, process in started], CLOSE_GRACE_SECONDS)
+        for _, process in started:
+            process.close()

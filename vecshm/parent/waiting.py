@@ -1,0 +1,204 @@
+"""Waiting for workers: a bounded spin, then a sleep that a dead worker or a deadline also ends.
+
+A command returns a :class:`Ticket`, the record of what was sent: which workers, the sequence
+number each will publish when done, where the observations go, and when. The facade holds it
+while the call is pending and hands it back to :meth:`Waiter.wait`, so nothing about a pending
+command lives on the engine. A wait ends when ``ready`` names finished workers; a worker process
+that died meanwhile is handed to the failure policy (:mod:`vecshm.parent.restart`) as a value, and the
+policy either raises or returns the ticket to keep waiting on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from vecshm.shared.errors import remote_errors
+from vecshm.shared.protocol import Phase, Status
+from vecshm.shared.sync import DoneWatch, Spinner
+
+__all__ = ["Ticket", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
+
+OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
+WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
+
+_OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
+_ERROR = int(Status.ERROR)
+
+
+class Ticket(NamedTuple):
+    """One command in flight: ``workers`` publish ``expected`` (their command's sequence numbers)
+    when done; ``slot`` is where their observations go; ``sent_at`` is when it was sent (per
+    worker, or one time for all), for the timeout."""
+
+    workers: np.ndarray
+    expected: np.ndarray
+    slot: int
+    phase: Phase
+    sent_at: float | np.ndarray
+
+    def renewed(self, worker: int, expected: int) -> Ticket:
+        """The same command with ``worker`` now expected to publish ``expected`` (it was restarted
+        and sent a reset)."""
+        renewed = self.expected.copy()
+        renewed[self.workers == worker] = expected
+        return self._replace(expected=renewed)
+
+
+class WaitObserver(Protocol):
+    """What a benchmark or a profiler may watch (``venv.observer = ...``): each wait for workers,
+    and each sleep inside one (a wake-up that finds the results short sleeps again)."""
+
+    def wait_started(self) -> None: ...
+
+    def slept(self, seconds: float) -> None: ...
+
+    def wait_ended(self, seconds: float) -> None: ...
+
+
+Ready = Callable[[Ticket], "np.ndarray | None"]
+OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
+
+
+class Waiter:
+    """The parent's waits for one pool of workers (see the module's docstring).
+
+    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.balance`);
+    ``watch_deaths`` is False under the restart policy, where a death is handled only by a wait
+    that blocks (there the restarted envs' episodes end in order), not by the periodic check.
+    """
+
+    def __init__(self, pool: Any, spin_seconds: float, cores: int, timeout: float | None, watch_deaths: bool) -> None:
+        self.pool = pool
+        self.buffers = pool.buffers
+        self.timeout = timeout
+        self.cores = cores
+        self.watch_deaths = watch_deaths
+        self.spinner = Spinner(spin_seconds)
+        self.sentinels = {process.sentinel: p for p, process in enumerate(pool.processes)}  # -> process
+        self.watch = DoneWatch(pool.transport, pool.done_bell, list(self.sentinels))
+        self.waited_seconds = 0.0
+        self.observer: WaitObserver | None = None
+        self._next_check = 0.0
+
+    def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
+        """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended
+        (``on_death`` renews it when it restarts a worker)."""
+        observer = self.observer
+        if observer is not None:
+            observer.wait_started()
+        started = time.perf_counter()
+        result = ready(ticket)
+        if result is None:  # (async batches often find finished workers: no wait to learn from)
+            result, ticket = self._block(ticket, timeout, ready, on_death)
+            waited = time.perf_counter() - started
+            self.spinner.record(waited)
+            self.waited_seconds += waited
+        if observer is not None:
+            observer.wait_ended(time.perf_counter() - started)
+        if started >= self._next_check:
+            self._check(ticket, started)
+        return result, ticket
+
+    def _block(
+        self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath
+    ) -> tuple[np.ndarray, Ticket]:
+        result = None
+
+        def check() -> bool:
+            nonlocal result
+            result = ready(ticket)
+            return result is not None
+
+        # With a free core the parent may spin up to the full budget; when every core has a busy
+        # worker, a spinning parent would steal from them, so only short waits are spun.
+        limit = None if len(ticket.workers) < self.cores else OVERSUBSCRIBED_SPIN_SECONDS
+        if self.spinner.spin(check, limit):
+            return result, ticket  # type: ignore[return-value]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            slept = time.perf_counter()
+            ended = self.watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self.observer is not None:
+                self.observer.slept(time.perf_counter() - slept)
+            self.pool.done_bell.take()
+            if check():
+                return result, ticket  # type: ignore[return-value]
+            for fd in ended:
+                ticket = on_death(self.sentinels[fd], ticket, deadline)
+            if deadline is not None and time.monotonic() >= deadline:
+                pending = ticket.workers[self.buffers.done_seq[ticket.workers] != ticket.expected]
+                self.pool.raise_timeout(pending.tolist(), ticket.phase)
+
+    def _check(self, ticket: Ticket, now_perf: float) -> None:
+        """Every ``WORKER_CHECK_SECONDS``, look for a dead worker, or one of ``ticket``'s whose
+        command has run past the timeout, even though results keep coming.
+
+        Async batches take whichever workers finish first: without this, the others could fill
+        every batch while a dead or hung worker's envs silently drop out.
+        """
+        self._next_check = now_perf + WORKER_CHECK_SECONDS
+        if self.watch_deaths:
+            for fd in self.watch.wait(0):
+                self.pool.raise_died(self.sentinels[fd], ticket.phase)
+        if self.timeout is not None:
+            b, workers = self.buffers, ticket.workers
+            running = b.done_seq[workers] != b.cmd_seq[workers]
+            late = running & (time.monotonic() - np.asarray(ticket.sent_at) > self.timeout)
+            if np.count_nonzero(late):
+                self.pool.raise_timeout(workers[late].tolist(), ticket.phase)
+
+    def replaced(self, p: int, old_sentinel: int) -> None:
+        """Process ``p`` was restarted: watch its new process instead of ``old_sentinel``."""
+        self.watch.remove(old_sentinel)
+        del self.sentinels[old_sentinel]
+        sentinel = self.pool.processes[p].sentinel
+        self.sentinels[sentinel] = p
+        self.watch.add(sentinel)
+
+    def gather(self, done: np.ndarray, during: Phase) -> dict[tuple[Any, int], bytes]:
+        """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
+        statuses = self.buffers.status[done].tolist()
+        if statuses.count(_OK) == len(statuses):
+            return {}
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        piped: dict[tuple[Any, int], bytes] = {}
+        records = []
+        for w, status in zip(done.tolist(), statuses):
+            if status == Status.OK_PIPED_INFOS:
+                piped.update(self.pool.recv(w, deadline, during))
+            elif status == Status.ERROR:
+                records += self.pool.recv(w, deadline, during)
+        if records:
+            raise remote_errors(records)
+        return piped
+
+
+def finished_workers(buffers: Any, need: int) -> Ready:
+    """``ready`` for a wait on the first ``need`` of a ticket's workers to finish (in its order)."""
+
+    def finished(ticket: Ticket) -> np.ndarray | None:
+        workers = ticket.workers
+        done = workers[buffers.done_seq[workers] == ticket.expected]
+        return done[:need] if len(done) >= need else None
+
+    return finished
+
+
+def written_units(buffers: Any, ring: Any, units: np.ndarray) -> Ready:
+    """``ready`` for a wait until the ring's ``units`` hold finished steps: the workers that wrote
+    them, in unit order. A failed worker claims no unit, so others could fill every batch while
+    its error waits unseen: the error comes first, once its worker has published it."""
+
+    def written(ticket: Ticket) -> np.ndarray | None:
+        workers = ticket.workers
+        if _ERROR in buffers.status[workers].tolist():
+            failed = (buffers.done_seq[workers] == ticket.expected) & (buffers.status[workers] == _ERROR)
+            if np.count_nonzero(failed):
+                return workers[failed]
+        return ring.owners(units)
+
+    return written

@@ -1,0 +1,398 @@
+"""``ShmVectorEnv``: a ``gymnasium.vector.VectorEnv`` (and ``AsyncVectorEnv`` drop-in) on the engine."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import logger
+from gymnasium.vector import AutoresetMode
+
+from vecshm.parent.calls import call
+from vecshm.parent.facade import EngineFacade
+from vecshm.parent.options import DEFAULT_INFO_BYTES, tuple_of_values
+from vecshm.parent.results import Batch
+from vecshm.parent.start_methods import gymnasium_start_method
+from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
+from vecshm.shared.protocol import AutoReset, CallOp
+from vecshm.vector.infos import batch_infos, batch_records
+from vecshm.vector.rules import (
+    AUTORESET,
+    check_async_options,
+    check_reset_mask,
+    check_spaces,
+    raise_as_async_vector_env,
+    refuse_what_shared_memory_refuses,
+    seed_list,
+    vector_spaces,
+)
+
+__all__ = ["ShmVectorEnv"]
+
+
+class _State(Enum):
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
+    """Gymnasium's vector API on shared memory; accepts ``AsyncVectorEnv``'s constructor keywords.
+
+    >>> import gymnasium as gym
+    >>> from vecshm import ShmVectorEnv
+    >>> envs = ShmVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    >>> obs, infos = envs.reset(seed=0)
+    >>> obs, rewards, terminations, truncations, infos = envs.step(envs.action_space.sample())
+    >>> envs.close()
+
+    With a custom ``worker`` (Gymnasium's pipe protocol) the envs run on ``AsyncVectorEnv`` itself:
+    see :mod:`vecshm.vector.on_pipes`.
+    """
+
+    # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that
+    # runs a custom ``worker`` on AsyncVectorEnv's pipes, or None. A hook, not an import of it
+    # here: that subclass derives from this class, so each importing the other would be a circle.
+    _class_for_call: Callable[[tuple[Any, ...], dict[str, Any]], type | None] | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ShmVectorEnv:
+        chooser = ShmVectorEnv._class_for_call
+        if cls is ShmVectorEnv and chooser is not None:
+            cls = chooser(args, kwargs) or cls
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Callable[..., None] | None = None,
+        observation_mode: str | tuple[gym.Space, gym.Space] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
+        *,
+        envs_per_worker: int | None = None,
+        step_timeout: float | None = None,
+        info_bytes: int = DEFAULT_INFO_BYTES,
+        spin: float | None = None,
+        cpu_affinity: Any = None,
+        pin_parent: list[int] | None = None,
+        limit_threads: bool = True,
+        batch_size: int | None = None,
+        reset_ahead: bool = False,
+    ) -> None:
+        self.closed = True  # until the engine is up
+        self.env_fns = env_fns
+        self.worker = worker  # None here: ShmVectorEnv(worker=fn) is a ShmVectorEnvOnPipes
+        self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
+        self.copy = copy
+        self.context = context
+        self.daemon = daemon
+        self.observation_mode = observation_mode
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        check_async_options(worker, observation_mode, max_concurrency)
+        if reset_ahead and self.autoreset_mode is not AutoresetMode.NEXT_STEP:
+            raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
+        self.max_concurrency = max_concurrency
+        fns = list(env_fns)
+        self._start_engine(
+            fns,
+            batch_size,
+            autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else AUTORESET[self.autoreset_mode],
+            start_method=context if context is not None else gymnasium_start_method(sys._getframe(), fns),
+            envs_per_worker=envs_per_worker,
+            info_bytes=info_bytes,
+            timeout=step_timeout,
+            daemon=daemon,
+            spin=spin,
+            cpu_affinity=cpu_affinity,
+            pin_parent=pin_parent,
+            limit_threads=limit_threads,
+            check_spaces=functools.partial(check_spaces, observation_mode),
+            batch_dynamic=tuple_of_values,
+            max_workers=max_concurrency,
+        )
+        self.closed = False
+        self._state = _State.DEFAULT
+        self.num_envs = self._engine.num_envs
+        self._all = list(range(self.num_envs))
+        self._all_ids = np.arange(self.num_envs)
+        try:
+            single_obs, obs_space, single_action, action_space = vector_spaces(
+                self._engine, self.num_envs, observation_mode
+            )
+            self.single_observation_space, self.observation_space = single_obs, obs_space
+            self.single_action_space, self.action_space = single_action, action_space
+            if shared_memory:
+                refuse_what_shared_memory_refuses(self.single_observation_space)
+            metadata = call(self._engine, CallOp.GET_ATTR, [0], "metadata")[0]
+            render_mode = call(self._engine, CallOp.GET_ATTR, [0], "render_mode")[0]
+        except BaseException:
+            self.close()
+            raise
+        self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = render_mode
+
+    # -- reset ------------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        try:
+            self.reset_async(seed=seed, options=options)
+            return self.reset_wait()
+        except KeyboardInterrupt:
+            self._nothing_pending()
+            raise
+
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        self._assert_is_running()
+        seeds = seed_list(seed, self.num_envs)
+        self._expect_state(_State.DEFAULT, "reset_async")
+        mask = np.ones(self.num_envs, dtype=bool)
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        self._reset_mask = mask
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
+        # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
+        # observations into the new slot, so the batch returned is whole.
+        self._ticket = self._engine.send_resets(requests, self._whole_slot(self.copy))
+        self._state = _State.WAITING_RESET
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
+        try:
+            batch = self._engine.wait_all(self._ticket, timeout=timeout)
+        except WorkerError as error:
+            raise_as_async_vector_env(error)
+        finally:
+            self._state = _State.DEFAULT
+        chosen = np.flatnonzero(self._reset_mask)
+        return batch.observations(self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
+
+    # -- step -------------------------------------------------------------------------------------
+
+    def step(self, actions: Any):
+        try:
+            self.step_async(actions)
+            return self.step_wait()
+        except KeyboardInterrupt:
+            self._nothing_pending()
+            raise
+
+    def step_async(self, actions: Any) -> None:
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "step_async")
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        self._ticket = self._engine.send_step(actions, self.copy)
+        self._state = _State.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None):
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
+        try:
+            batch = self._engine.wait_all(self._ticket, timeout=timeout)
+        except WorkerError as error:
+            raise_as_async_vector_env(error)
+        finally:
+            self._state = _State.DEFAULT
+        return self._results(batch)
+
+    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Gymnasium-shaped results of ``batch``."""
+        ids = batch.ids
+        finals: dict[int, dict[str, Any]] = {}
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
+            finals = dict(zip(ended, batch.infos(ended, "final")))
+        if finals:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
+            adder = self if batch.env_ids is None else InfoBatch(len(ids))
+            infos: dict[str, Any] = {}
+            for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
+                if i in finals:
+                    final_obs = batch.final_observation(i)
+                    infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": final_obs}, k)
+                infos = adder._add_info(infos, step_info, k)
+        else:
+            whole = batch.env_ids is None
+            id_array = self._all_ids if whole else batch.env_ids
+            infos = vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
+        return batch.observations(self.copy), batch.rewards, batch.terminated, batch.truncated, infos
+
+    # -- async batches (EnvPool style) ------------------------------------------------------------
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "async_reset")
+        self._batches.reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
+
+    def _check_send(self) -> None:
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "send")
+
+    def recv(self, timeout: float | None = None):
+        """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
+
+        Infos are batched over the returned envs (masks of length ``batch_size``), in ``env_ids`` order.
+        """
+        self._assert_is_running()
+        try:
+            batch = self._recv_batch(timeout)
+        except WorkerError as error:
+            raise_as_async_vector_env(error)
+        return (*self._results(batch), batch.env_ids)
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        try:
+            self.call_async(name, *args, **kwargs)
+            return self.call_wait()
+        except KeyboardInterrupt:
+            self._nothing_pending()
+            raise
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        self._assert_is_running()
+        self._expect_state(_State.DEFAULT, "call_async")
+        self._call = (name, args, kwargs)
+        self._state = _State.WAITING_CALL
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        self._assert_is_running()
+        self._expect_pending(_State.WAITING_CALL, "call_wait", "call_async")
+        name, args, kwargs = self._call
+        self._state = _State.DEFAULT
+        if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        try:
+            return tuple(call(self._engine, CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+        except WorkerError as error:
+            raise_as_async_vector_env(error)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._expect_state(_State.DEFAULT, "set_attr")
+        try:
+            for i, value in enumerate(values):
+                call(self._engine, CallOp.SET_ATTR, [i], name, value, True)
+        except WorkerError as error:
+            raise_as_async_vector_env(error)
+
+    def render(self) -> tuple[Any, ...] | None:
+        return self.call("render")
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        return self.get_attr("np_random")
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the workers; a pending call is waited for first (``timeout``), as AsyncVectorEnv does."""
+        timeout = 0 if terminate else timeout
+        if self._state is not _State.DEFAULT:
+            logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
+            try:
+                getattr(self, f"{self._state.value}_wait")(timeout)
+            except Exception:  # a failed or timed-out call: the workers are shut down below anyway
+                pass
+        self._state = _State.DEFAULT
+        self._engine.close()
+
+    def __enter__(self) -> ShmVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # VectorEnv's class attribute ``closed`` is False: an __init__ that failed before setting it
+        # (an unknown keyword) leaves no _state, and nothing to close (as AsyncVectorEnv checks)
+        if not getattr(self, "closed", True) and hasattr(self, "_state"):
+            self.close(terminate=True)
+
+    # -- state checks -----------------------------------------------------------------------------
+
+    def _nothing_pending(self) -> None:
+        """After a Ctrl-C inside ``reset``, ``step`` or ``call`` (each a ``*_async``, then its
+        ``*_wait``): a call left pending would make close() wait for it, forever on an env that
+        hangs. The vec env returns to the default state instead, and close() shuts the workers
+        down without waiting. (A ``try`` costs nothing on the step path, a context manager does.)"""
+        self._state = _State.DEFAULT
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+        self._engine.check_usable()
+
+    def _expect_state(self, state: _State, call: str) -> None:
+        if call not in ("send", "async_reset") and self._batches.active:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
+            )
+        if self._state is not state:
+            end = "" if call == "reset_async" else "."  # AsyncVectorEnv's messages, to the character
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete{end}",
+                str(self._state.value),
+            )
+
+    def _expect_pending(self, state: _State, call: str, opener: str) -> None:
+        if self._state is not state:
+            raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
+
+
+class InfoBatch:
+    """Gymnasium's info batching (``VectorEnv._add_info``) for a batch smaller than ``num_envs``."""
+
+    _add_info = gym.vector.VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def vector_infos(
+    batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: ShmVectorEnv | None
+) -> dict[str, Any]:
+    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
+    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
+    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
+    records = batch.info_records(env_ids)
+    if records is not None:
+        if records.schema is None:  # no env has an info
+            return {}
+        vector_infos = batch_records(size, at[records.positions], records)
+        if vector_infos is not None:
+            return vector_infos
+    infos: list[dict[str, Any]] = [{} for _ in range(size)]
+    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
+        infos[k] = info
+    adder = vector_env if vector_env is not None else InfoBatch(size)
+    return batch_infos(size, infos, adder._add_info)

@@ -1,0 +1,320 @@
+"""The worker process: builds its slice of envs, maps the segment, and serves commands until told to stop.
+
+The process's life lives here (start-up handshake, watching the parent, waiting for commands);
+what one command does to the envs lives in :mod:`vecshm.worker.runner`. Observations never cross a pipe;
+infos are pickled into a per-env arena slot only when non-empty, and follow on the control socket
+only when they do not fit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import psutil
+
+from vecshm.shared.affinity import apply_worker_settings
+from vecshm.shared.buffers import NO_ENV, Buffers, BufferSpec
+from vecshm.shared.errors import RemoteError
+from vecshm.shared.memory import NamedSegment, Segment
+from vecshm.shared.pickling import dumps
+from vecshm.shared.protocol import AutoReset, Command, Message, Phase, receive_addressed
+from vecshm.shared.registry import adopt_registry
+from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner
+from vecshm.shared.units import UnitPipe
+from vecshm.worker.guard import alive, start_guard, worker_mark
+from vecshm.worker.runner import EnvRunner
+
+__all__ = ["WorkerSpec", "worker_main"]
+
+PARENT_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is still alive
+PR_SET_PDEATHSIG = 1
+COMMANDS = {command.value: command for command in Command}  # a dict lookup, not an enum call per command
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker process needs to start; pickled once at start-up (env factories via cloudpickle)."""
+
+    index: int
+    env_start: int
+    env_fns: bytes | list[Callable[[], gym.Env]]  # cloudpickled, or the factories themselves under fork
+    conn: Connection
+    doorbell: Doorbell | SocketDoorbell
+    done_bell: Doorbell | SocketDoorbell
+    autoreset: AutoReset
+    reward_codes: bool  # record each reward's dtype (see vecshm.shared.buffers.REWARD_DTYPES)
+    spin_seconds: float
+    settings: dict[str, Any]
+    parent_pid: int
+    registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.shared.registry)
+    claims: UnitPipe | None = None  # free units of the async ring (see vecshm.parent.ring)
+    owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
+    pool_mark: str | None = None  # marks what the envs start (vecshm.worker.guard.worker_mark)
+    # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
+    # (one, all its envs, unless each env takes its own commands; see vecshm.parent.engine)
+    lanes: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def hosted(self) -> slice:
+        """The hosted workers' indices, as a slice of the per-worker words."""
+        return slice(self.lanes[0][0], self.lanes[-1][0] + 1)
+
+
+class LaneConnection:
+    """One hosted worker's end of the process's connection: what it sends is addressed to it, and
+    a ``recv`` keeps what arrives for the process's other workers for theirs."""
+
+    def __init__(self, conn: Connection, worker: int, inbox: dict[int, deque[Any]]) -> None:
+        self.conn, self.worker, self.inbox = conn, worker, inbox
+
+    def send(self, message: Any) -> None:
+        self.conn.send((self.worker, message))
+
+    def recv(self) -> Any:
+        return receive_addressed(self.inbox, self.worker, self.conn.recv)
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Entry point of a worker process."""
+    # Ctrl-C is the parent's to handle (it may reach a worker before it leaves the group below).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mark = None if spec.pool_mark is None else worker_mark(spec.pool_mark, os.getpid())
+    guard = start_guard(spec.parent_pid, spec.owner_tempdir, mark)  # first: while this process has one thread
+    closed = False
+    try:
+        closed = _run(spec)
+    finally:
+        if guard is not None:
+            guard.stop(owner_cleans_up=closed)
+
+
+def _run(spec: WorkerSpec) -> bool:
+    """Build the envs, attach the segment, serve commands; whether the vec env asked us to close
+    (it then ends what the envs left running itself), rather than failed or went away."""
+    parent = os.getppid()
+    exit_with_parent(spec.parent_pid)
+    conn = spec.conn
+    apply_worker_settings(spec.settings)
+    envs = _build_envs(spec)
+    if envs is None:
+        return False
+    # vecshm.shared.pickling: a Space subclass defined in the user's main script must come back too
+    try:
+        conn.send((Message.READY, dumps([(env.observation_space, env.action_space) for env in envs])))
+    except (BrokenPipeError, ConnectionResetError):  # the vec env gave up on us while the envs were built
+        _close_envs(envs)
+        return False
+    message = _recv_or_orphaned(conn, parent)
+    if message is None or message[0] != Message.ATTACH:
+        _close_envs(envs)
+        return message is not None and message[0] == Message.CLOSE
+    buffer_spec: BufferSpec = message[1]
+    name: str | None = message[2]
+    size = buffer_spec.plan().size
+    segment = Segment.attach(reduction.recv_handle(conn), size) if name is None else NamedSegment.attach(name, size)
+    buffers = Buffers(buffer_spec, segment)
+    buffers.progress[spec.hosted] = NO_ENV  # the segment starts zeroed: env 0 is not running here
+    # Commands start after "attached" reaches the parent; a restarted worker must not replay the
+    # command its predecessor died in, so the first command to serve is the next one.
+    seen = buffers.cmd_seq[spec.hosted].tolist()
+    conn.send((Message.ATTACHED,))
+    try:
+        return _serve(spec, envs, buffers, parent, seen)
+    finally:
+        _close_envs(envs)
+        buffers.release()
+        segment.close()
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """End this worker as soon as the vec env's process is gone, even if an env is stuck in step().
+
+    A daemon thread polls the parent (pid reuse and zombies included) and hard-exits the process;
+    where the parent is also our direct parent, the kernel's parent-death signal acts at once.
+    """
+    if os.getppid() == parent_pid and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    try:
+        parent = psutil.Process(parent_pid)
+    except psutil.NoSuchProcess:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_SECONDS)
+            if not alive(parent):
+                os._exit(1)
+
+    threading.Thread(target=watch, name="vecshm-parent-watch", daemon=True).start()
+
+
+def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
+    try:  # a factory's module may not import here (not installed on this node): the first env's error
+        fns = cloudpickle.loads(spec.env_fns) if isinstance(spec.env_fns, bytes) else spec.env_fns
+    except Exception as exc:
+        _report_construction_error(spec, exc, spec.env_start)
+        return None
+    envs: list[gym.Env] = []
+    for offset, fn in enumerate(fns):
+        index = spec.env_start + offset
+        try:
+            env = _make_env(fn, spec.registry)
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
+            if any(env.unwrapped is other.unwrapped for other in envs):
+                raise ValueError(
+                    "the env factory returned an env instance that another factory already returned; "
+                    "make each factory create a new env (e.g. `lambda: gym.make(env_id)`), "
+                    "not `lambda: env`"
+                )
+            envs.append(env)
+        except Exception as exc:
+            _report_construction_error(spec, exc, index)
+            _close_envs(envs)
+            return None
+    return envs
+
+
+def _report_construction_error(spec: WorkerSpec, exc: Exception, index: int) -> None:
+    try:
+        spec.conn.send((Message.ERROR, RemoteError(exc, index, Phase.CONSTRUCTION)))
+    except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
+        pass
+
+
+def _make_env(fn: Callable[[], gym.Env], registry: bytes) -> gym.Env:
+    """``fn()``; if it asks for an id this process does not know, adopt the parent's registry and retry.
+
+    Adopting only on a miss leaves a factory that registers its own ids (``import ale_py``) to do
+    so undisturbed, without "Overriding environment" warnings.
+    """
+    try:
+        return fn()
+    except gym.error.UnregisteredEnv:
+        if not adopt_registry(registry):
+            raise
+    return fn()
+
+
+def _close_envs(envs: list[gym.Env]) -> None:
+    for env in envs:
+        try:
+            env.close()
+        except Exception:  # closing is best effort: the process is about to exit
+            pass
+
+
+def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
+    """Receive from the parent, or None if the parent died meanwhile."""
+    while not conn.poll(PARENT_CHECK_SECONDS):
+        if os.getppid() != parent:
+            return None
+    try:
+        return conn.recv()
+    except EOFError:
+        return None
+
+
+def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: list[int]) -> bool:
+    """Run commands until CLOSE (True) or the parent is gone (False).
+
+    Each hosted worker has its own command words; a pass runs the command of every one that has
+    a new one, in order, and the next pass picks up what arrived meanwhile.
+    """
+    inbox: dict[int, deque[Any]] = {}
+    runners = [
+        EnvRunner(
+            replace(spec, index=w, env_start=start, conn=LaneConnection(spec.conn, w, inbox)),  # type: ignore[arg-type]
+            envs[start - spec.env_start : stop - spec.env_start],
+            buffers,
+        )
+        for w, start, stop in spec.lanes
+    ]
+    spinner = Spinner(spec.spin_seconds)
+    first = spec.hosted.start
+    cmd, busy = buffers.cmd, buffers.busy
+    mine = buffers.cmd_seq[spec.hosted]
+    new_commands = _command_watch(mine, seen)
+    busy_since = None
+    while True:
+        idle_since = time.perf_counter()
+        if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.balance)
+            busy[first] += idle_since - busy_since
+        pending = _wait_for_commands(spec, spinner, new_commands, parent)
+        if pending is None:
+            return False
+        busy_since = time.perf_counter()
+        spinner.record(busy_since - idle_since)
+        for j in pending:
+            seq = mine.item(j)
+            command = COMMANDS[cmd.item(first + j)]
+            if command is Command.CLOSE:
+                return True
+            runners[j].run(command, seq)
+        for j in pending:  # once every published result is out: resets done ahead hold up no env
+            runners[j].reset_ended_ahead()
+
+
+def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]:
+    """A function that returns which hosted workers (offsets) have a new command since it last
+    looked (``mine``: their command counters; ``seen``: the counts already served)."""
+    if len(seen) == 1:  # one worker per process: a word to compare
+        last = seen[0]
+
+        def one() -> list[int]:
+            nonlocal last
+            if mine[0] == last:
+                return []
+            last = int(mine[0])
+            return [0]
+
+        return one
+    served = list(seen)
+
+    def several() -> list[int]:
+        now = mine.tolist()  # a few words: comparing lists beats numpy's per-call overhead
+        if now == served:
+            return []
+        changed = [j for j, (count, last) in enumerate(zip(now, served)) if count != last]
+        served[:] = now
+        return changed
+
+    return several
+
+
+def _wait_for_commands(
+    spec: WorkerSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int
+) -> list[int] | None:
+    """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
+    once the parent is gone."""
+    pending = new_commands()
+    if pending:
+        return pending
+
+    def found() -> bool:
+        pending.extend(new_commands())
+        return bool(pending)
+
+    spinner.spin(found)
+    while not pending:
+        if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
+            return None
+        pending = new_commands()
+    return pending

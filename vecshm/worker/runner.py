@@ -1,0 +1,394 @@
+"""One command over a worker's envs: step, reset or a rare call, and the outcome published.
+
+``EnvRunner`` knows nothing of processes or sockets beyond the worker's control connection: the
+worker loop (:mod:`vecshm.worker.main`) wakes it with a command, and it steps its slice of envs, writes
+observations, rewards, flags and infos into the shared buffers, and rings the parent's doorbell.
+Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, action_dtypes, reward_codes
+from vecshm.shared.env_util import answer_call
+from vecshm.shared.errors import RemoteError
+from vecshm.shared.info_columns import ColumnWriter
+from vecshm.shared.layout import assemble, check_leaf_value, flatten, merge_leaves
+from vecshm.shared.pickling import dumps
+from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Status
+from vecshm.shared.units import CLAIM
+
+if TYPE_CHECKING:
+    from vecshm.worker.main import WorkerSpec
+
+__all__ = ["EnvRunner", "ObservationError"]
+
+UNCHANGED = object()  # in a command's observations: nothing to write for this env
+
+
+class _EnvFailure(Exception):
+    """Carries the records of the envs' exceptions out of the per-env loop."""
+
+    def __init__(self, records: list[RemoteError]) -> None:
+        self.records = records
+
+
+class ObservationError(ValueError):
+    """An env returned an observation that does not fit its declared observation space."""
+
+
+class EnvRunner:
+    """Runs one command over the worker's envs and publishes the outcome."""
+
+    def __init__(self, spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers) -> None:
+        self.spec = spec
+        self.envs = envs
+        self.buffers = buffers
+        self.start = spec.env_start
+        self.conn = spec.conn
+        self.obs_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        layout = buffers.spec
+        self.obs_leaves = layout.obs_leaves
+        self.obs_fixed = layout.obs_fixed
+        self.obs_dynamic = layout.obs_dynamic
+        self.action_dynamic = layout.action_dynamic
+        self.single_obs_leaf = (
+            len(self.obs_leaves) == 1
+            and not self.obs_dynamic
+            and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        )
+        self.action_reader = self._action_reader()
+        self.needs_reset = [False] * len(envs)
+        self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
+        # Under NEXT_STEP_AHEAD the envs behave as under NEXT_STEP, but the reset an ended episode
+        # needs is done as soon as the step is published, while the caller computes its actions,
+        # and kept here until the next step hands it on (or a reset of that env makes it moot).
+        ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
+        self.autoreset = AutoReset.NEXT_STEP if ahead else spec.autoreset
+        self.reset_ahead = ahead
+        self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
+        self.piped: dict[tuple[str, int], bytes] = {}
+        self.info_columns = ColumnWriter()
+        self.reward_codes = spec.reward_codes
+        self.reward_types: list[type] | None = None  # the types of the rewards whose codes were written last
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def run(self, command: Command, seq: int) -> None:
+        if command is Command.CALL:
+            answer_call(self.conn, self.envs, self.start)
+            return
+        self.piped = {}
+        during = Phase.STEP if command is Command.STEP else Phase.RESET
+        errors: list[RemoteError] = []
+        try:
+            if command is Command.STEP:
+                dynamic = self.conn.recv() if self.action_dynamic else {}
+                observations = self._step_all(self.action_reader(dynamic))
+            else:
+                observations = self._reset_all(self.conn.recv())
+            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.spec.index]), during)
+        except _EnvFailure as failure:
+            errors, unit = failure.records, None
+        self._publish(seq, errors, unit)
+
+    def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
+        """Status, then the ring unit written (the parent takes a batch once its units are named),
+        then the command's sequence number, then the bell."""
+        me = self.spec.index
+        if errors:
+            status = Status.ERROR
+        else:
+            status = Status.OK_PIPED_INFOS if self.piped else Status.OK
+        self.buffers.status[me] = status
+        if unit is not None:
+            self.buffers.unit_worker[unit] = me
+        self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
+        self.buffers.done_seq[me] = seq
+        self.spec.done_bell.ring()
+        # Anything large goes after the bell, so the parent is already reading when we send.
+        if errors:
+            self.conn.send(errors)
+        elif self.piped:
+            self.conn.send(self.piped)
+
+    # -- step and reset ---------------------------------------------------------------------------
+
+    def _step_all(self, action_of: Callable[[int], Any]) -> list[Any]:
+        """Step every env; its observations, to write once every env has stepped.
+
+        Scalars are gathered in lists and written once per command.
+
+        An env that raises does not stop the others (each would run in its own process under
+        AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
+        """
+        b = self.buffers
+        start, stop = self.start, self.start + len(self.envs)
+        rewards, terminated, truncated, observations = [], [], [], []
+        failures: list[RemoteError] = []
+        b.final_info_len[start:stop] = INFO_EMPTY
+        for offset, env in enumerate(self.envs):
+            index = start + offset
+            b.progress[self.spec.index] = index
+            try:
+                obs, reward, term, trunc = self._step_one(offset, env, index, action_of)
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, Phase.STEP))
+                obs, reward, term, trunc = UNCHANGED, 0.0, False, False
+            observations.append(obs)
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
+        try:
+            b.rewards[start:stop] = rewards
+            b.terminated[start:stop] = terminated
+            b.truncated[start:stop] = truncated
+        except Exception:  # a reward or flag that is not a number: find whose
+            failures += self._unwritable_scalars(rewards, terminated, truncated)
+        if failures:
+            raise _EnvFailure(failures)
+        if self.reward_codes:
+            types = [*map(type, rewards)]
+            if types != self.reward_types:  # an env keeps its reward type: most steps write no codes
+                self._write_reward_codes(rewards, types)
+        return observations
+
+    def _write_reward_codes(self, rewards: list[Any], types: list[type]) -> None:
+        """The dtype of each reward (see ``REWARD_DTYPES``), written when the rewards' types change."""
+        self.buffers.reward_code[self.start : self.start + len(rewards)] = reward_codes(rewards)
+        # an array's dtype may change from one step to the next: such rewards are looked at every step
+        self.reward_types = types if REWARD_TYPES.issuperset(types) else None
+
+    def _unwritable_scalars(self, rewards: list[Any], terminated: list[Any], truncated: list[Any]) -> list[RemoteError]:
+        """A record naming each env whose reward or flag its column cannot hold (the slow path,
+        once writing them all at once failed): a number each, as the peers' arrays need."""
+        b = self.buffers
+        columns = (
+            ("reward", b.rewards, rewards),
+            ("terminated", b.terminated, terminated),
+            ("truncated", b.truncated, truncated),
+        )
+        records = []
+        for offset in range(len(self.envs)):
+            index = self.start + offset
+            for name, column, values in columns:
+                try:
+                    column[index] = values[offset]
+                except Exception as exc:
+                    problem = ValueError(
+                        f"step() returned {name}={values[offset]!r:.100} ({type(values[offset]).__name__}), "
+                        f"which is not a single number: {exc}"
+                    )
+                    records.append(RemoteError(problem, index, Phase.STEP))
+                    break
+        return records
+
+    def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
+        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
+        if self.needs_reset[offset]:
+            obs, info = self._reset_ended(offset, env)
+            self.needs_reset[offset] = False
+            reward, term, trunc = 0.0, False, False
+        else:
+            obs, reward, term, trunc, info = env.step(action_of(index))
+            if term or trunc:
+                if self.autoreset is AutoReset.SAME_STEP:
+                    # the final observation as the env returned it (the peers hand it on unchanged)
+                    self._write_blob(Arena.FINAL_OBS, index, obs)
+                    self._write_info(Arena.FINAL_INFO, index, info)
+                    obs, info = env.reset()
+                elif self.autoreset is AutoReset.NEXT_STEP:
+                    self.needs_reset[offset] = True
+        self.last_obs[offset] = obs
+        self._write_info(Arena.INFO, index, info)
+        return obs, reward, term, trunc
+
+    def reset_ended_ahead(self) -> None:
+        """Under NEXT_STEP_AHEAD, reset the envs whose episodes the last step ended, before their
+        next command comes (its results wait in ``ahead``; an exception waits too, and is raised
+        by the next step). The worker process calls it once its other workers' commands are run."""
+        if not self.reset_ahead:
+            return
+        for offset, env in enumerate(self.envs):
+            if self.needs_reset[offset] and offset not in self.ahead:
+                self.buffers.progress[self.spec.index] = self.start + offset  # named if it hangs or dies
+                try:
+                    self.ahead[offset] = env.reset()
+                except Exception as exc:
+                    self.ahead[offset] = exc
+                self.buffers.progress[self.spec.index] = NO_ENV
+
+    def _reset_ended(self, offset: int, env: gym.Env) -> tuple[Any, dict[str, Any]]:
+        """NEXT_STEP's reset of an ended episode: the one done ahead, else now."""
+        done = self.ahead.pop(offset, None)
+        if done is None:
+            return env.reset()
+        if isinstance(done, Exception):
+            raise done
+        return done
+
+    def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
+        """Built once: per step command, a function from env index to that env's action.
+
+        Rows are read in the dtype the parent wrote them in: the slice's dtype codes are read once
+        per command, and when they agree (the usual case) one view serves every env. Leaves that
+        are not in shared memory come from the command's ``dynamic`` values, by env index.
+        """
+        b = self.buffers
+        fixed, all_leaves, start = b.spec.action_fixed, b.spec.action_leaves, self.start
+        codes = b.action_codes[start : start + len(self.envs)]
+        # per leaf and code: whether a row is a scalar (nothing to copy) or an array view (copied)
+        scalar = [
+            [leaf.shape == () or code >= len(action_dtypes(leaf)) for code in range(len(views))]
+            for leaf, views in zip(fixed, b.actions)
+        ]
+        structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+        if len(all_leaves) == 1 and fixed and not structured:
+            views, column, is_scalar = b.actions[0], codes[:, 0], scalar[0]
+
+            def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+                kinds = set(column.tolist())
+                if len(kinds) == 1:
+                    code = kinds.pop()
+                    view = views[code]
+                    return view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
+                per_env = column.tolist()
+                return lambda index: (
+                    views[per_env[index - start]][index]
+                    if is_scalar[per_env[index - start]]
+                    else views[per_env[index - start]][index].copy()
+                )
+
+            return one_leaf
+
+        def any_space(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
+            rows = codes.tolist()
+
+            def read(index: int) -> Any:
+                row = rows[index - start]
+                values = [
+                    views[row[i]][index] if scalar[i][row[i]] else views[row[i]][index].copy()
+                    for i, views in enumerate(b.actions)
+                ]
+                if dynamic:
+                    values = merge_leaves(all_leaves, values, dynamic[index])
+                return assemble(self.action_space, values)
+
+            return read
+
+        return any_space
+
+    def _write_observations(self, observations: list[Any], slot: int, during: Phase) -> int | None:
+        """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
+        batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
+        stepped (see :mod:`vecshm.parent.ring`); that unit, if any."""
+        b, start = self.buffers, self.start
+        if slot == CLAIM:
+            unit = self.spec.claims.claim() if self.spec.claims is not None else None
+            if unit is None:
+                bug = RuntimeError("no free unit in the async ring: this is a vecshm bug, please report it")
+                raise _EnvFailure([RemoteError(bug, start, during)])
+            arrays, first = b.ring, unit * b.spec.unit_rows
+        else:
+            arrays, first, unit = b.obs_slots[slot], start, None
+        failures = []
+        for offset, obs in enumerate(observations):
+            if obs is UNCHANGED:
+                continue
+            try:
+                self._write_obs(arrays, first + offset, start + offset, obs)
+            except ObservationError as exc:
+                failures.append(RemoteError(exc, start + offset, during))
+        if failures:
+            raise _EnvFailure(failures)
+        return unit
+
+    def _write_obs(self, arrays: list[np.ndarray], row: int, index: int, obs: Any) -> None:
+        """Write env ``index``'s observation: fixed leaves at ``row`` of ``arrays``, dynamic ones
+        pickled into its arena slot."""
+        if self.single_obs_leaf:
+            leaf = self.obs_leaves[0]
+            if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
+                arrays[0][row] = obs  # the common case: one memcpy, nothing to check
+                return
+        try:
+            values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
+            if self.obs_dynamic:
+                dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
+                values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]
+            for leaf, array, value in zip(self.obs_fixed, arrays, values):
+                array[row] = check_leaf_value(leaf, value)
+        except ValueError as exc:
+            raise ObservationError(
+                f"the observation does not fit the declared observation space {self.obs_space}: {exc}"
+            ) from None
+        if self.obs_dynamic:
+            self._write_blob(Arena.OBS, index, dynamic)
+
+    def _reset_all(self, requests: list[dict[str, Any] | None]) -> list[Any]:
+        """Reset the requested envs; their observations, and for the others (a partial reset) their
+        latest one. As for steps, one env's failure does not stop the others."""
+        b = self.buffers
+        failures: list[RemoteError] = []
+        observations: list[Any] = []
+        self.reward_types = None  # a reset writes its envs' reward codes: the next step writes them again
+        for offset, (env, request) in enumerate(zip(self.envs, requests)):
+            index = self.start + offset
+            if request is None:  # not part of a partial reset: its latest observation stays
+                latest = self.last_obs[offset]
+                observations.append(UNCHANGED if latest is None else latest)
+                if latest is None and self.obs_dynamic:
+                    # Never reset: it has no observation yet. Its fixed leaves read as the slot's
+                    # zeros (AsyncVectorEnv's shared memory), its pickled leaves as None (the None
+                    # its worker sends without shared memory).
+                    nones = [None] * sum(leaf.dynamic for leaf in self.obs_leaves)
+                    self._write_blob(Arena.OBS, index, nones)
+                continue
+            observations.append(UNCHANGED)
+            self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
+            try:
+                b.progress[self.spec.index] = index
+                obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
+                self.needs_reset[offset] = False
+                self.last_obs[offset] = observations[-1] = obs
+                b.rewards[index] = 0.0
+                b.reward_code[index] = 0  # a reset's reward reads as a Python float's 0.0
+                b.terminated[index] = False
+                b.truncated[index] = False
+                b.final_info_len[index] = INFO_EMPTY
+                self._write_info(Arena.INFO, index, info)
+            except Exception as exc:
+                failures.append(RemoteError(exc, index, Phase.RESET))
+        if failures:
+            raise _EnvFailure(failures)
+        return observations
+
+    def _write_info(self, kind: Arena, index: int, info: dict) -> None:
+        """An info as typed columns when it is a flat dict of numbers, else pickled (see vecshm.shared.info_columns)."""
+        lengths, arena = self.buffers.arenas[kind]
+        if not info:
+            lengths[index] = INFO_EMPTY
+            return
+        length = self.info_columns.write(info, arena, index)
+        if length is None:
+            self._write_blob(kind, index, info)
+        else:
+            lengths[index] = length
+
+    def _write_blob(self, kind: Arena, index: int, value: Any) -> None:
+        """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
+        lengths, arena = self.buffers.arenas[kind]
+        blob = dumps(value)
+        if len(blob) <= arena.shape[1]:
+            arena[index, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+            lengths[index] = len(blob)
+        else:
+            lengths[index] = INFO_PIPED
+            self.piped[(kind, index)] = blob

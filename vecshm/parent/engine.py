@@ -24,15 +24,7 @@ from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan, as_env_list
 from vecshm.parent.pool import WorkerPool
 from vecshm.parent.restart import failure_policy
-from vecshm.parent.results import (
-    DEFAULT_LENDABLE_SLOTS,
-    NO_EXTRAS,
-    Batch,
-    Collected,
-    Extras,
-    ObservationSlots,
-    ResultReader,
-)
+from vecshm.parent.results import NO_EXTRAS, Batch, Collected, Extras, ObservationSlots, ResultReader
 from vecshm.parent.ring import UnitRing, segment_spec
 from vecshm.parent.start_methods import refuse_inside_worker_start_up
 from vecshm.parent.waiting import Ticket, Waiter, finished_workers, written_units
@@ -97,9 +89,7 @@ class Engine:
         options.check_all_spaces(reported)
         self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them
         self.observation_space, self.action_space = reported[0]
-        self.spec = segment_spec(
-            plan, self.observation_space, self.action_space, options, 1 + DEFAULT_LENDABLE_SLOTS
-        )  # fmt: skip
+        self.spec = segment_spec(plan, self.observation_space, self.action_space, options)
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=options.restarts)
         self.nbytes = self.spec.plan().size
         self.slots = ObservationSlots(self.buffers)

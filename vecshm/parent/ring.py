@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.parent.results import lend_arrays
+from vecshm.parent.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
 from vecshm.shared.units import UnitPipe
@@ -43,10 +43,10 @@ def ring_units(num_workers: int, units_per_batch: int | None = None) -> int:
     return num_workers + LENDABLE_BATCHES * (units_per_batch or num_workers)
 
 
-def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any, obs_slots: int) -> BufferSpec:
-    """The segment of a vec env of ``plan``: its observation slots, and a ring for async batches
-    where one pays (:meth:`vecshm.parent.plan.VecEnvPlan.ring_unit_rows`; the ring's units need
-    non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
+def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any) -> BufferSpec:
+    """The segment of a vec env of ``plan``: its observation slots (slot 0 and the lendable ones),
+    and a ring for async batches where one pays (:meth:`vecshm.parent.plan.VecEnvPlan.ring_unit_rows`;
+    the ring's units need non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
     env_bytes = sum(leaf.nbytes for leaf in leaves(observation_space) if not leaf.dynamic)
     can_lend = hasattr(os, "set_blocking")
     unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES, options.restarts) if can_lend else 0
@@ -56,7 +56,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         plan.num_envs,
         plan.num_workers,
         options.info_bytes,
-        obs_slots=obs_slots,
+        obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
         ring_units=ring_units(plan.num_workers) if unit_rows else 0,
         unit_rows=unit_rows,
     )

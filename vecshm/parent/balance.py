@@ -7,13 +7,9 @@ has a busy worker it gets only its share of one: the whole pipeline waits on it.
 (the workers keep the others) lets it run at full speed, but costs the workers that core, which
 only pays while their work per remaining core stays within a few times the parent's.
 
-Measured on 2 cores, 8 envs, async batches of 4 (``benchmarks/parent_core.py``; docs/benchmarks.md):
-workers sharing one core and the parent alone on the other ran zero-compute 210x160x3 frames 1.23x
-faster than with every process on every core, a Dict of an 84x84x3 image 1.33x, CartPole-sized
-vectors 1.23x, an env burning 5 us a step 1.15x; at 15 us a step it was 7% slower, at 40 us 22%,
-at 200 us and on Pong 43-44%. The ratio below (the workers' busy time per remaining core over
-the parent's) was 0.7-1.5 where it paid, 2.4 at 10 us a step (both placements within 3%), and
-3.0 and above where it did not.
+The ratio below (the workers' busy time per remaining core over the parent's) decides; the
+thresholds come from measurements on 2 cores (docs/benchmarks.md, "Async batches on 2 cores: the
+parent's core").
 
 So, while async batches run with envs left in flight (``batch_size < num_envs``), every
 ``BALANCE_SECONDS`` :class:`CoreBalance` compares the time the workers spent running commands

@@ -26,7 +26,8 @@ DEFAULT_INFO_BYTES = 2048
 DEFAULT_SPIN_SECONDS = 1e-3
 # A worker waits for its next command while the learner computes actions: spinning through that
 # time takes cores from the learner, while a loop with no learner work turns a step round mostly
-# within a short spin (docs/benchmarks.md, "Spinning"). Only the automatic setting is capped.
+# within a short spin (docs/design.md, "Waiting without burning cores"). Only the automatic
+# setting is capped.
 WORKER_SPIN_SECONDS = 150e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 ON_WORKER_FAILURE = ("raise", "restart")

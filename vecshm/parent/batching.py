@@ -91,7 +91,8 @@ class AsyncBatches:
 
     def _ticket(self, pending: np.ndarray) -> Ticket:
         """The command ``pending`` workers run: the segment records each one's sequence number."""
-        return Ticket(pending, self.engine.buffers.cmd_seq[pending], self.slot, Phase.STEP, self.sent_at[pending])
+        sent_at = 0.0 if self.engine.timeout is None else self.sent_at[pending]
+        return Ticket(pending, self.engine.buffers.cmd_seq[pending], self.slot, Phase.STEP, sent_at)
 
     def _settle(self) -> None:
         self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
@@ -127,7 +128,8 @@ class AsyncBatches:
             self.staged_dynamic.update(dynamic)
         if len(workers):
             ticket = self.engine.start_step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
-            self.sent_at[workers] = ticket.sent_at
+            if self.engine.timeout is not None:
+                self.sent_at[workers] = ticket.sent_at
             self.in_flight[workers] = self.active = True
             self._starts += 1
             self.started[workers] = self._starts

@@ -81,8 +81,10 @@ class ActionWriter:
         self.scalar_rows_ok = [scalar_rows_allowed(leaf) for leaf in spec.action_fixed]
         self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
 
-    def write(self, actions: Any, env_ids: np.ndarray | None = None) -> list[list[Any]] | None:
-        """Write one row per env in ``env_ids`` (default: every env); the dynamic leaves' values, or None."""
+    def write(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
+        """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
+        fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
+        command, or None. Nothing is written when the check fails."""
         count = self.spec.num_envs if env_ids is None else len(env_ids)
         if not self.structured and _is_scalar(actions):
             raise TypeError(
@@ -108,7 +110,8 @@ class ActionWriter:
                 if _is_scalar(value) or len(value) != count:
                     raise ValueError(f"actions at {leaf.name} must hold one value per env ({count}), got {value!r:.80}")
                 dynamic.append(value)
-        return [list(per_env) for per_env in zip(*dynamic)]
+        ids = range(self.spec.num_envs) if env_ids is None else env_ids.tolist()
+        return {i: list(per_env) for i, per_env in zip(ids, zip(*dynamic))}
 
     def _write_fixed(self, values: list[Any], count: int, env_ids: np.ndarray | None) -> None:
         b = self.buffers

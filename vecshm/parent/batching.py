@@ -25,7 +25,7 @@ from vecshm.parent.engine import Engine
 from vecshm.parent.plan import slice_sizes
 from vecshm.parent.results import NO_EXTRAS, Batch, Extras
 from vecshm.parent.ring import UnitRing, units_spanned
-from vecshm.parent.waiting import Ticket
+from vecshm.parent.waiting import Ticket, new_ticket
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import Phase
 from vecshm.shared.units import CLAIM
@@ -92,10 +92,7 @@ class AsyncBatches:
     def _ticket(self, pending: np.ndarray) -> Ticket:
         """The command ``pending`` workers run: the segment records each one's sequence number."""
         sent_at = 0.0 if self.engine.timeout is None else self.sent_at[pending]
-        return Ticket(pending, self.engine.buffers.cmd_seq[pending], self.slot, Phase.STEP, sent_at)
-
-    def _settle(self) -> None:
-        self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
+        return new_ticket((pending, self.engine.buffers.cmd_seq[pending], self.slot, Phase.STEP, sent_at))
 
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
@@ -117,7 +114,7 @@ class AsyncBatches:
                 "recv() them before sending again",
                 "send",
             )
-        dynamic = self.engine.write_actions(actions, env_ids)  # checked first: nothing changes if it raises
+        dynamic = self.engine.actions.write(actions, env_ids)  # checked first: nothing changes if it raises
         self.with_caller[env_ids] = False
         if not whole:  # some workers may still wait for actions for their other envs
             self.staged += np.bincount(self.plan.env_worker[env_ids], minlength=len(self.staged))
@@ -152,8 +149,8 @@ class AsyncBatches:
                 units = ring.next_units(need // ring.unit_rows)
                 done, extras = self.engine.collect_units(units, self._ticket(pending), timeout)
                 self.in_flight[done] = False
-                self._settle()
-                env_ids = self.plan.env_ids_of(done)
+                self.active = np.count_nonzero(self.in_flight) > 0  # (nothing was left in ``finished``)
+                env_ids = self.plan.env_table[done].reshape(-1)  # (with a ring, every worker hosts as many)
                 self.with_caller[env_ids] = True
                 if len(done) > 1:
                     self._returned(env_ids, done)
@@ -168,7 +165,7 @@ class AsyncBatches:
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)
-        self._settle()
+        self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
         self.with_caller[env_ids] = True
         return Batch(self.engine.reader, env_ids, extras, None)
 
@@ -185,7 +182,7 @@ class AsyncBatches:
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)
-        self._settle()
+        self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
         self.with_caller[env_ids] = True
         return Batch(self.engine.reader, env_ids, extras, ring.take(need))
 

@@ -27,15 +27,17 @@ from vecshm.parent.restart import failure_policy
 from vecshm.parent.results import NO_EXTRAS, Batch, Collected, Extras, ObservationSlots, ResultReader
 from vecshm.parent.ring import UnitRing, segment_spec
 from vecshm.parent.start_methods import refuse_inside_worker_start_up
-from vecshm.parent.waiting import Ticket, Waiter, finished_workers, written_units
+from vecshm.parent.waiting import Ticket, Waiter, new_ticket
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
-from vecshm.shared.protocol import Command, Phase
+from vecshm.shared.protocol import Command, Phase, Status
 from vecshm.shared.registry import snapshot_registry
 from vecshm.shared.transport import choose_transport
 
 __all__ = ["Engine", "EngineState"]
+
+_ERROR = int(Status.ERROR)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
 
 
 class EngineState(Enum):
@@ -95,7 +97,7 @@ class Engine:
         self.slots = ObservationSlots(self.buffers)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
         self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if self.spec.ring_units else None
-        self._action_writer = ActionWriter(self.action_space, self.spec, self.buffers)
+        self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
         self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
         every_env: list[dict[str, Any] | None] = [{}] * self.num_envs
         resend = lambda w: self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # noqa: E731
@@ -120,24 +122,13 @@ class Engine:
                 getattr(self, part).close()
         self._finalizer()
 
-    # -- commands ---------------------------------------------------------------------------------
-
     def send_step(self, actions: Any, copy: bool) -> Ticket:
         """Write one row of ``actions`` per env and start a step on every worker; ``wait_all``
         returns its results (``copy``: observations the caller owns; else views of slot 0)."""
-        dynamic = self.write_actions(actions)
+        dynamic = self.actions.write(actions)
         if self.balance.active:  # every worker runs at once: every core for them
             self.balance.release()
         return self.start_step(self.plan.all_workers, self.slots.acquire() if copy else 0, dynamic)
-
-    def write_actions(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
-        """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
-        fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
-        command, or None. Nothing is written when the check fails."""
-        dynamic = self._action_writer.write(actions, env_ids)
-        if dynamic is None:
-            return None
-        return dict(zip(range(self.num_envs) if env_ids is None else env_ids.tolist(), dynamic))
 
     def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
         """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``."""
@@ -159,8 +150,7 @@ class Engine:
                 self.balance.release()
         ticket = self.submit(Command.RESET, workers, slot, Phase.RESET)
         for w in workers.tolist():
-            start, stop = self.plan.worker_slices[w]
-            self.send(w, requests[start:stop], Phase.RESET)
+            self.send(w, requests[slice(*self.plan.worker_slices[w])], Phase.RESET)
         return ticket
 
     def submit(self, command: Command, workers: np.ndarray, slot: int, phase: Phase) -> Ticket:
@@ -187,7 +177,7 @@ class Engine:
             process_of, doorbells = self.plan.process_of, self.pool.doorbells
             for p in dict.fromkeys(process_of[w] for w in ids):
                 doorbells[p].ring()
-        return Ticket(workers, expected, slot, phase, 0.0 if self.timeout is None else time.monotonic())
+        return new_ticket((workers, expected, slot, phase, 0.0 if self.timeout is None else time.monotonic()))
 
     def send(self, w: int, message: Any, during: Phase) -> None:
         """Send worker ``w`` what its command needs. A worker that died while idle has closed its
@@ -201,8 +191,6 @@ class Engine:
             self.fail(error)
             raise
 
-    # -- waits ------------------------------------------------------------------------------------
-
     def wait_all(self, ticket: Ticket, timeout: float | None = None) -> Batch:
         """Wait for a command every worker was sent (:meth:`send_step`, :meth:`send_resets`); its results."""
         try:
@@ -215,14 +203,32 @@ class Engine:
     def collect(self, ticket: Ticket, need: int | None = None, timeout: float | None = None) -> Collected:
         """Wait until ``need`` (default: all) of ``ticket``'s workers finished; exactly those (the
         first found, in the ticket's order), with their extras. ``timeout`` overrides the engine's."""
-        ready = finished_workers(self.buffers, len(ticket.workers) if need is None else need)
-        return self._collect(ticket, timeout, ready)
+        b, need = self.buffers, len(ticket.workers) if need is None else need
+
+        def finished(ticket: Ticket) -> np.ndarray | None:
+            workers = ticket.workers
+            done = workers[b.done_seq[workers] == ticket.expected]
+            return done[:need] if len(done) >= need else None
+
+        return self._collect(ticket, timeout, finished)
 
     def collect_units(self, units: np.ndarray, ticket: Ticket, timeout: float | None = None) -> Collected:
         """Wait until the ring's ``units`` hold finished steps (see :mod:`vecshm.parent.ring`); the workers
         that wrote them, in unit order. ``ticket``'s workers are those in flight, one of which will
         claim each unit; one that fails claims none, so its error ends the wait."""
-        return self._collect(ticket, timeout, written_units(self.buffers, self.ring, units))
+        b, ring = self.buffers, self.ring
+
+        def written(ticket: Ticket) -> np.ndarray | None:
+            # A failed worker claims no unit, so others could fill every batch while its error
+            # waits unseen: the error comes first, once its worker has published it.
+            workers = ticket.workers
+            if _ERROR in b.status[workers].tolist():
+                failed = (b.done_seq[workers] == ticket.expected) & (b.status[workers] == _ERROR)
+                if np.count_nonzero(failed):
+                    return workers[failed]
+            return ring.owners(units)
+
+        return self._collect(ticket, timeout, written)
 
     def _collect(self, ticket: Ticket, timeout: float | None, ready: Callable[[Ticket], Any]) -> Collected:
         """Wait until ``ready`` names finished workers, then read their sockets (errors raise). A

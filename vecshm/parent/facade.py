@@ -20,7 +20,6 @@ from vecshm.parent.batching import AsyncBatches
 from vecshm.parent.engine import Engine
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
-from vecshm.parent.results import Batch
 from vecshm.parent.waiting import Ticket, WaitObserver
 from vecshm.shared.buffers import Buffers
 
@@ -130,9 +129,3 @@ class EngineFacade:
                 raise ValueError("send() needs env_ids before the first recv()")
             env_ids = self._last_batch
         self._batches.send(actions, env_ids)
-
-    def _recv_batch(self, timeout: float | None = None) -> Batch:
-        """The first ``batch_size`` envs to finish; their ids become ``send``'s default."""
-        batch = self._batches.recv(timeout)
-        self._last_batch = batch.env_ids
-        return batch

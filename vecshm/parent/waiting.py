@@ -10,6 +10,7 @@ policy either raises or returns the ticket to keep waiting on.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -20,7 +21,7 @@ from vecshm.shared.errors import remote_errors
 from vecshm.shared.protocol import Phase, Status
 from vecshm.shared.sync import DoneWatch, Spinner
 
-__all__ = ["Ticket", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
+__all__ = ["Ticket", "new_ticket", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
@@ -46,6 +47,11 @@ class Ticket(NamedTuple):
         renewed = self.expected.copy()
         renewed[self.workers == worker] = expected
         return self._replace(expected=renewed)
+
+
+# ``new_ticket((workers, expected, slot, phase, sent_at))``: a Ticket made without running the
+# Python ``__new__`` a NamedTuple has (one is made per command, on the step path).
+new_ticket: Callable[[tuple[Any, ...]], Ticket] = functools.partial(tuple.__new__, Ticket)
 
 
 class WaitObserver(Protocol):
@@ -175,30 +181,3 @@ class Waiter:
         if records:
             raise remote_errors(records)
         return piped
-
-
-def finished_workers(buffers: Any, need: int) -> Ready:
-    """``ready`` for a wait on the first ``need`` of a ticket's workers to finish (in its order)."""
-
-    def finished(ticket: Ticket) -> np.ndarray | None:
-        workers = ticket.workers
-        done = workers[buffers.done_seq[workers] == ticket.expected]
-        return done[:need] if len(done) >= need else None
-
-    return finished
-
-
-def written_units(buffers: Any, ring: Any, units: np.ndarray) -> Ready:
-    """``ready`` for a wait until the ring's ``units`` hold finished steps: the workers that wrote
-    them, in unit order. A failed worker claims no unit, so others could fill every batch while
-    its error waits unseen: the error comes first, once its worker has published it."""
-
-    def written(ticket: Ticket) -> np.ndarray | None:
-        workers = ticket.workers
-        if _ERROR in buffers.status[workers].tolist():
-            failed = (buffers.done_seq[workers] == ticket.expected) & (buffers.status[workers] == _ERROR)
-            if np.count_nonzero(failed):
-                return workers[failed]
-        return ring.owners(units)
-
-    return written

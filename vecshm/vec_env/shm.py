@@ -175,7 +175,8 @@ class ShmVecEnv(EngineFacade, VecEnv):
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
         self._engine.check_usable()
-        batch = self._recv_batch()
+        batch = self._batches.recv()
+        self._last_batch = batch.env_ids
         obs, rewards, terminated, truncated, infos = self._results(batch)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 

@@ -249,7 +249,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
-            batch = self._recv_batch(timeout)
+            batch = self._batches.recv(timeout)
+            self._last_batch = batch.env_ids
         except WorkerError as error:
             raise_as_async_vector_env(error)
         return (*self._results(batch), batch.env_ids)

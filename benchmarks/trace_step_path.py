@@ -1,8 +1,9 @@
 """Which of vecshm's files one step passes through: the check that the step path stays short.
 
-Traces one step of 8 ``vecshm/Frames-v0`` envs (default options) with ``sys.setprofile`` in the
-parent, on both facades, sync and async, and prints for each half of the step the vecshm files it
-entered, in order, and how many calls it made into vecshm::
+Traces steps of 8 ``vecshm/Frames-v0`` envs (default options) with ``sys.setprofile`` in the
+parent, on both facades, sync and async, and prints for each half of a step the vecshm files it
+entered, in order, and how many calls it made into vecshm (the files any of ``STEPS`` steps
+entered: a wait that finds its results, spins or sleeps crosses different ones; the most calls)::
 
     python benchmarks/trace_step_path.py
 
@@ -29,6 +30,7 @@ from vecshm import ShmVecEnv, ShmVectorEnv
 N_ENVS = 8
 ENV_ID = "vecshm/Frames-v0"
 ROOT = os.path.dirname(os.path.abspath(vecshm.__file__))
+STEPS = 20  # traced steps per case: the files any of them crossed are listed
 BELL_FUNCTIONS = ("ring",)  # a doorbell's ``ring``: the last call of the sending half
 
 
@@ -61,22 +63,22 @@ def _bell_file() -> str:
     return os.path.relpath(sys.modules["vecshm.shared.sync"].__file__ or "", os.path.dirname(ROOT))
 
 
-def trace_sb3_sync(venv: ShmVecEnv, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+def _union(traces: list[tuple[list[str], int]]) -> tuple[list[str], int]:
+    """The files any of ``traces`` entered (in first-entry order), and the most calls one made."""
+    files = list(dict.fromkeys(path for paths, _ in traces for path in paths))
+    return files, max(calls for _, calls in traces)
+
+
+def trace_sync(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+    """``step_async`` up to the doorbells, then ``step_wait``, after a few untraced steps; over
+    ``STEPS`` steps (a wait may find its results, spin, or sleep: each crosses other files)."""
     for _ in range(5):
         venv.step(actions)
-    return {
-        "step_async": _trace(lambda: venv.step_async(actions), _bell_file()),
-        "step_wait": _trace(venv.step_wait, None),
-    }
-
-
-def trace_gym_sync(envs: ShmVectorEnv, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
-    for _ in range(5):
-        envs.step(actions)
-    return {
-        "step_async": _trace(lambda: envs.step_async(actions), _bell_file()),
-        "step_wait": _trace(envs.step_wait, None),
-    }
+    sends, waits = [], []
+    for _ in range(STEPS):
+        sends.append(_trace(lambda: venv.step_async(actions), _bell_file()))
+        waits.append(_trace(venv.step_wait, None))
+    return {"step_async": _union(sends), "step_wait": _union(waits)}
 
 
 def trace_async(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
@@ -87,17 +89,21 @@ def trace_async(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], in
     for _ in range(6):
         venv.send(actions[:half], ids)
         ids = venv.recv()[-1]
-    traced = {"send": _trace(lambda: venv.send(actions[:half], ids), _bell_file())}
-    traced["recv"] = _trace(venv.recv, None)
-    return traced
+    sends, recvs = [], []
+    for _ in range(STEPS):
+        sends.append(_trace(lambda: venv.send(actions[:half], ids), _bell_file()))  # noqa: B023
+        got: dict[str, Any] = {}
+        recvs.append(_trace(lambda: got.update(ids=venv.recv()[-1]), None))  # noqa: B023
+        ids = got["ids"]
+    return {"send": _union(sends), "recv": _union(recvs)}
 
 
 def main() -> None:
     actions = np.zeros(N_ENVS, dtype=np.int64)
     fns = [lambda: __import__("gymnasium").make(ENV_ID) for _ in range(N_ENVS)]
     cases: list[tuple[str, Callable[[], Any], Callable[[Any], dict]]] = [
-        ("ShmVecEnv sync", lambda: ShmVecEnv(fns), lambda v: (v.reset(), trace_sb3_sync(v, actions))[1]),
-        ("ShmVectorEnv sync", lambda: ShmVectorEnv(fns), lambda v: (v.reset(seed=0), trace_gym_sync(v, actions))[1]),
+        ("ShmVecEnv sync", lambda: ShmVecEnv(fns), lambda v: (v.reset(), trace_sync(v, actions))[1]),
+        ("ShmVectorEnv sync", lambda: ShmVectorEnv(fns), lambda v: (v.reset(seed=0), trace_sync(v, actions))[1]),
         ("ShmVecEnv async", lambda: ShmVecEnv(fns, batch_size=N_ENVS // 2), lambda v: trace_async(v, actions)),
         ("ShmVectorEnv async", lambda: ShmVectorEnv(fns, batch_size=N_ENVS // 2), lambda v: trace_async(v, actions)),
     ]

@@ -169,14 +169,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
-        self._assert_is_running()
-        self._expect_pending(_State.WAITING_RESET, "reset_wait", "reset_async")
-        try:
-            batch = self._engine.wait_all(self._ticket, timeout=timeout)
-        except WorkerError as error:
-            raise_as_async_vector_env(error)
-        finally:
-            self._state = _State.DEFAULT
+        batch = self._wait_pending(_State.WAITING_RESET, "reset_wait", "reset_async", timeout)
         chosen = np.flatnonzero(self._reset_mask)
         return batch.observations(self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
 
@@ -199,15 +192,19 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
+        return self._results(self._wait_pending(_State.WAITING_STEP, "step_wait", "step_async", timeout))
+
+    def _wait_pending(self, state: _State, call: str, opener: str, timeout: float | None) -> Batch:
+        """The results of the pending ``state`` call (``call``, opened by ``opener``); whatever
+        happens, the vec env is back in the default state after it."""
         self._assert_is_running()
-        self._expect_pending(_State.WAITING_STEP, "step_wait", "step_async")
+        self._expect_pending(state, call, opener)
         try:
-            batch = self._engine.wait_all(self._ticket, timeout=timeout)
+            return self._engine.wait_all(self._ticket, timeout=timeout)
         except WorkerError as error:
             raise_as_async_vector_env(error)
         finally:
             self._state = _State.DEFAULT
-        return self._results(batch)
 
     def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Gymnasium-shaped results of ``batch``."""

@@ -38,15 +38,20 @@ def workload_of(name: str) -> Workload:
     return get_workload(name)
 
 
-def recording_ratio(build: Callable[[Workload, int], Stepper], ratios: dict[str, float | None]) -> Callable:
-    """``build``, whose vec env leaves its balance's last ratio in ``ratios[workload]`` when closed."""
+def recording_ratio(
+    build: Callable[[Workload, int], Stepper], ratios: dict[str, float | None], utilizations: dict[str, float | None]
+) -> Callable:
+    """``build``, whose vec env leaves its balance's last ratio and utilization in ``ratios[workload]``
+    and ``utilizations[workload]`` when closed."""
 
     def build_and_record(workload: Workload, n_envs: int) -> Stepper:
         stepper = build(workload, n_envs)
         close = stepper.close
 
         def record_and_close() -> None:
-            ratios[workload.name] = stepper.env.core_balance.ratio
+            balance = stepper.env.core_balance
+            ratios[workload.name] = balance.ratio
+            utilizations[workload.name] = balance.utilization
             close()
 
         stepper.close = record_and_close  # type: ignore[method-assign]
@@ -66,15 +71,20 @@ def main() -> None:
     args = parser.parse_args()
     cores = usable_cores()
     ratios: dict[str, float | None] = {}
+    utilizations: dict[str, float | None] = {}
     systems = [
         System(SYNC, shm_vector()),
         System(UNPINNED, shm_async(cpu_affinity=[cores])),
-        System(BALANCED, recording_ratio(shm_async(), ratios)),
+        System(BALANCED, recording_ratio(shm_async(), ratios, utilizations)),
         System(RESERVED, shm_async(cpu_affinity=[cores[1:]])),
     ]
     print(f"{len(cores)} usable cores, {args.envs} envs, async batches of {args.envs // 2}\n")
-    print("| workload | " + " | ".join(s.name for s in systems) + " | balanced / unpinned | ratio measured |")
-    print("|---|" + "---:|" * (len(systems) + 2))
+    print(
+        "| workload | "
+        + " | ".join(s.name for s in systems)
+        + " | balanced / unpinned | ratio measured | utilization |"
+    )
+    print("|---|" + "---:|" * (len(systems) + 3))
     for name in args.workloads:
         case = run_case(workload_of(name), args.envs, systems, args.rounds, args.seconds, ideal=False)
         medians = {system: statistics.median(rates) for system, rates in case.rounds.items()}
@@ -82,7 +92,10 @@ def main() -> None:
         cells += [f"{medians[s.name]:,.0f} ({medians[s.name] / medians[SYNC]:.2f}x sync)" for s in systems[1:]]
         ratio = ratios.get(name)
         shown = "-" if ratio is None else f"{ratio:.1f}"
-        print(f"| {name} | " + " | ".join(cells) + f" | {medians[BALANCED] / medians[UNPINNED]:.2f}x | {shown} |")
+        used = utilizations.get(name)
+        used_shown = "-" if used is None else f"{used:.2f}"
+        gain = medians[BALANCED] / medians[UNPINNED]
+        print(f"| {name} | " + " | ".join(cells) + f" | {gain:.2f}x | {shown} | {used_shown} |")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ __all__ = ["CoreBalance", "BALANCE_SECONDS", "PAUSE_SECONDS", "RESERVE_BELOW", "
 BALANCE_SECONDS = 0.25  # how often the balance is looked at while async batches run
 RESERVE_BELOW = 2.5  # workers' busy time per remaining core over the parent's, below which it gets a core
 RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESERVE_BELOW, so it does not flap)
+# (both on 2 cores; CoreBalance scales them by the remaining cores, see tick)
 # A caller that took longer than this between two batches paused (a learner's update, other work):
 # the parent worked then, but not while workers stepped, so a window that spans it would mislead.
 PAUSE_SECONDS = BALANCE_SECONDS / 5
@@ -60,6 +61,7 @@ class CoreBalance:
         self.reserved = False  # whether the workers keep off cores[0] now
         self.active = False  # reserved, or a window open: a synchronous command has something to release
         self.ratio: float | None = None  # the last window's workers' busy time per remaining core over the parent's
+        self.utilization: float | None = None  # the last window's workers' busy time per remaining core over its length
         self._busy = busy
         self._pids = pids
         # its ``waited_seconds``: the parent's time spent waiting for workers (the engine's Waiter adds it up)
@@ -89,8 +91,13 @@ class CoreBalance:
         workers = total - busy
         parent = (now - start) - (self._waits.waited_seconds - wait_seconds)
         self._window = (now, self._waits.waited_seconds, total)
-        ratio = self.ratio = workers / (len(self.cores) - 1) / max(parent, 1e-9)
-        if ratio < RESERVE_BELOW or (self.reserved and ratio <= RELEASE_ABOVE):
+        per_core = workers / (len(self.cores) - 1)
+        self.utilization = per_core / (now - start)
+        ratio = self.ratio = per_core / max(parent, 1e-9)
+        # Both bounds are for 2 cores, where the parent's core is half the machine; with more, it
+        # costs the workers one core in ``cores``, so the bounds scale with the remaining cores.
+        spare = len(self.cores) - 1
+        if ratio < RESERVE_BELOW * spare or (self.reserved and ratio <= RELEASE_ABOVE * spare):
             self._reserve()
         else:
             self.release()

@@ -451,6 +451,43 @@ def test_processes_an_env_started_end_when_its_worker_dies(cls, detached, no_lea
 # -- restart policy -------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8"])  # copied, and lent, observations
+def test_gymnasium_same_step_restart_ends_the_lost_episodes_on_the_last_observation(obs_key, no_leaks):
+    """ShmVectorEnv in SAME_STEP mode: as ShmVecEnv, the killed worker's envs end their episodes as
+    truncated, ``final_obs`` is the last observation the caller saw and ``final_info`` flags the
+    restart; the other envs' results are those of an ordinary step, and stepping goes on."""
+    fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(4)]
+    envs = ShmVectorEnv(
+        fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, envs_per_worker=2, on_worker_failure="restart"
+    )
+    envs.reset(seed=0)
+    last = envs.step(ZEROS)[0]
+    victim = envs.processes[1].pid
+    os.kill(victim, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        obs, rewards, terminations, truncations, infos = envs.step(ZEROS)
+    for i in (2, 3):
+        assert truncations[i] and not terminations[i] and infos["_final_info"][i]
+        # Gymnasium batches final_info as it batches infos: a dict of arrays, with masks
+        assert infos["final_info"]["worker_restarted"][i] and infos["final_info"]["_worker_restarted"][i]
+        np.testing.assert_array_equal(infos["final_obs"][i], last[i])  # the lost episode's last observation
+    for i in (0, 1):  # an ordinary step for the others (an episode of theirs may end as it would anyway)
+        assert not infos["final_info"]["_worker_restarted"][i]
+    assert envs.processes[1].pid != victim
+    for _ in range(5):
+        obs, rewards, terminations, truncations, infos = envs.step(ZEROS)  # the vec env goes on as before
+        assert "worker_restarted" not in infos.get("final_info", {})
+    assert obs.shape == envs.observation_space.shape
+    envs.close()
+
+
+@pytest.mark.parametrize("mode", [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.DISABLED])
+def test_gymnasium_restarts_outside_same_step_are_refused_by_name(mode, no_leaks):
+    with pytest.raises(ValueError, match="on_worker_failure='restart' needs same-step autoreset"):
+        ShmVectorEnv([healthy] * 2, autoreset_mode=mode, on_worker_failure="restart")
+
+
 @pytest.mark.transport
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8"])  # copied, and lent, observations

@@ -88,6 +88,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         limit_threads: bool = True,
         batch_size: int | None = None,
         reset_ahead: bool = False,
+        on_worker_failure: str = "raise",
     ) -> None:
         self.closed = True  # until the engine is up
         self.env_fns = env_fns
@@ -119,6 +120,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             check_spaces=functools.partial(check_spaces, observation_mode),
             batch_dynamic=tuple_of_values,
             max_workers=max_concurrency,
+            on_worker_failure=on_worker_failure,
         )
         self.closed = False
         self._state = _State.DEFAULT
@@ -213,6 +215,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
+            for i in batch.restarted:  # an episode a worker restart cut short: its final info says so
+                finals[i]["worker_restarted"] = True
         if finals:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
             adder = self if batch.env_ids is None else InfoBatch(len(ids))
             infos: dict[str, Any] = {}

@@ -22,7 +22,7 @@ from conftest import (
     shared_memory_for,
 )
 from faulty_envs import faulty, healthy
-from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
@@ -331,6 +331,45 @@ def test_restart_policy_under_async_batches(no_leaks):
         *_, env_ids = venv.recv()
         venv.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
     venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_gymnasium_same_step_restart_under_async_batches(no_leaks):
+    """ShmVectorEnv (SAME_STEP) as ShmVecEnv above: the killed worker's envs come back in a later
+    batch, truncated, with ``final_obs`` the last observation seen and ``final_info`` flagging it."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(6)]
+    mode = AutoresetMode.SAME_STEP
+    envs = ShmVectorEnv(fns, autoreset_mode=mode, batch_size=3, envs_per_worker=2, on_worker_failure="restart")
+    envs.async_reset(seed=0)
+    last = {}
+    while envs.in_flight:
+        obs, *_, env_ids = envs.recv()
+        last.update(zip(env_ids.tolist(), obs))
+    victim = envs.processes[1].pid
+    os.kill(victim, signal.SIGKILL)
+    envs.send(np.zeros(6, dtype=np.int64), np.arange(6))
+    seen: dict[int, tuple] = {}
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        while len(seen) < 6:
+            obs, rewards, terminated, truncated, infos, env_ids = envs.recv()
+            final = infos.get("final_info", {})
+            for k, i in enumerate(env_ids.tolist()):
+                restarted = bool(final.get("_worker_restarted", np.zeros(len(env_ids), bool))[k])
+                final_obs = infos["final_obs"][k] if "_final_obs" in infos and infos["_final_obs"][k] else None
+                seen[i] = (terminated[k], truncated[k], restarted, final_obs)
+    for i in range(6):
+        terminated, truncated, restarted, final_obs = seen[i]
+        if i in (2, 3):
+            assert truncated and not terminated and restarted
+            np.testing.assert_array_equal(final_obs, last[i])
+        else:
+            assert not (terminated or truncated or restarted)
+    assert envs.processes[1].pid != victim
+    envs.send(np.zeros(6, dtype=np.int64), np.arange(6))
+    for _ in range(10):  # the vec env goes on as before
+        *_, env_ids = envs.recv()
+        envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    envs.close()
 
 
 @pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])

@@ -29,7 +29,6 @@ MAX_RESTARTS_PER_WORKER = 20
 class RaiseOnFailure:
     """The default policy: a dead worker fails the vec env, whatever it was doing."""
 
-    restarts = False
     restarting: dict[int, Any] = {}  # never filled: no episode waits to be ended
     keeps_piped_obs = False
 
@@ -52,8 +51,6 @@ class RestartWorkers:
     that end the lost episodes. ``restarting`` maps each env of a restarted worker whose reset was
     not collected yet to that observation.
     """
-
-    restarts = True
 
     def __init__(self, plan: Any, pool: Any, waiter: Any, reader: Any, resend: Callable[[int], None]) -> None:
         self.plan, self.pool, self.waiter, self.reader = plan, pool, waiter, reader
@@ -86,9 +83,9 @@ class RestartWorkers:
         last_slot = int(self.buffers.prev_slot[w])
         for i in envs:  # the last observation we have ends the lost episode
             self.restarting[i] = self.reader.observation_of(i, last_slot, self._last_piped_obs)
-        old_sentinel = process.sentinel
+        self.waiter.unwatch(process.sentinel)
         self.pool.restart(p, deadline)
-        self.waiter.replaced(p, old_sentinel)
+        self.waiter.watch_process(p)
         self.resend(w)
         return ticket.renewed(w, int(self.buffers.cmd_seq[w]))
 

@@ -27,7 +27,6 @@ OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
 
 _OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
-_ERROR = int(Status.ERROR)
 
 
 class Ticket(NamedTuple):
@@ -157,10 +156,13 @@ class Waiter:
             if np.count_nonzero(late):
                 self.pool.raise_timeout(workers[late].tolist(), ticket.phase)
 
-    def replaced(self, p: int, old_sentinel: int) -> None:
-        """Process ``p`` was restarted: watch its new process instead of ``old_sentinel``."""
-        self.watch.remove(old_sentinel)
-        del self.sentinels[old_sentinel]
+    def unwatch(self, sentinel: int) -> None:
+        """Stop watching a dead process (before its sentinel is closed and its number reused)."""
+        self.watch.remove(sentinel)
+        del self.sentinels[sentinel]
+
+    def watch_process(self, p: int) -> None:
+        """Watch process ``p`` (a restarted worker's new process)."""
         sentinel = self.pool.processes[p].sentinel
         self.sentinels[sentinel] = p
         self.watch.add(sentinel)

@@ -482,10 +482,85 @@ def test_gymnasium_same_step_restart_ends_the_lost_episodes_on_the_last_observat
     envs.close()
 
 
-@pytest.mark.parametrize("mode", [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.DISABLED])
-def test_gymnasium_restarts_outside_same_step_are_refused_by_name(mode, no_leaks):
-    with pytest.raises(ValueError, match="on_worker_failure='restart' needs same-step autoreset"):
-        ShmVectorEnv([healthy] * 2, autoreset_mode=mode, on_worker_failure="restart")
+def _killed_and_stepped(envs, worker: int = 1):
+    """Kill ``worker``'s process, then step: its restart's warning, and the step's results."""
+    victim = envs.processes[worker].pid
+    os.kill(victim, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match=rf"worker {worker} \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        results = envs.step(ZEROS)
+    assert envs.processes[worker].pid != victim
+    return results
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reset_ahead", [False, True], ids=["next_step", "reset_ahead"])
+@pytest.mark.parametrize("obs_key", ["box_f32", "frame_u8"])  # copied, and lent, observations
+def test_gymnasium_next_step_restart_truncates_on_the_last_observation_then_autoresets(obs_key, reset_ahead, no_leaks):
+    """NEXT_STEP: the step a worker died in returns its envs' last observation, reward 0,
+    truncated, with ``worker_restarted`` (and its mask) in the step's info; their next step
+    ignores its action and returns the rebuilt env's reset, as after any truncation."""
+    fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(4)]
+    envs = ShmVectorEnv(fns, envs_per_worker=2, on_worker_failure="restart", reset_ahead=reset_ahead)
+    envs.reset(seed=0)
+    last = envs.step(ZEROS)[0].copy()
+    obs, rewards, terminations, truncations, infos = _killed_and_stepped(envs)
+    for i in (2, 3):
+        assert truncations[i] and not terminations[i] and rewards[i] == 0
+        np.testing.assert_array_equal(obs[i], last[i])
+        assert infos["worker_restarted"][i] and infos["_worker_restarted"][i]
+    assert not infos["_worker_restarted"][:2].any()
+    assert "final_info" not in infos and "final_obs" not in infos  # NEXT_STEP has neither
+    obs, rewards, terminations, truncations, infos = envs.step(ZEROS)
+    assert envs.get_attr("t")[2:] == (0, 0), "the action after the truncation must be ignored (a reset)"
+    for i in (2, 3):
+        assert not (terminations[i] or truncations[i]) and rewards[i] == 0
+    assert "worker_restarted" not in infos
+    envs.step(ZEROS)
+    assert envs.get_attr("t")[2:] == (1, 1)  # then they step again
+    for _ in range(5):
+        obs, *_ = envs.step(ZEROS)  # the vec env goes on as before
+    assert obs.shape == envs.observation_space.shape
+    envs.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reset_ahead", [False, True], ids=["next_step", "reset_ahead"])
+def test_gymnasium_next_step_restart_redoes_a_reset_that_was_due(reset_ahead, no_leaks):
+    """NEXT_STEP: an env whose last step ended its episode was due a reset; its worker dying
+    loses no episode, so the restart redoes that reset, unflagged (under ``reset_ahead`` the
+    worker may have died doing it)."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1) for _ in range(4)]  # every step ends
+    envs = ShmVectorEnv(fns, envs_per_worker=2, on_worker_failure="restart", reset_ahead=reset_ahead)
+    envs.reset(seed=0)
+    assert envs.step(ZEROS)[3].all()  # every episode ended
+    obs, rewards, terminations, truncations, infos = _killed_and_stepped(envs)
+    assert not (terminations | truncations).any() and not rewards.any()  # every env's autoreset step
+    assert "worker_restarted" not in infos
+    assert envs.get_attr("t") == (0, 0, 0, 0)
+    assert envs.step(ZEROS)[3].all()  # then every episode ends again, after one step
+    envs.close()
+
+
+@pytest.mark.timeout(120)
+def test_gymnasium_disabled_restart_truncates_and_the_caller_resets_by_mask(no_leaks):
+    """DISABLED: the step a worker died in returns its envs' last observation, truncated, flagged;
+    the caller resets them by mask, as after any end of episode, and stepping goes on."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(4)]
+    mode = gym.vector.AutoresetMode.DISABLED
+    envs = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2, on_worker_failure="restart")
+    envs.reset(seed=0)
+    last = envs.step(ZEROS)[0].copy()
+    obs, rewards, terminations, truncations, infos = _killed_and_stepped(envs)
+    np.testing.assert_array_equal(obs[2:], last[2:])
+    assert truncations[2:].all() and not terminations[2:].any() and not rewards[2:].any()
+    assert list(infos["_worker_restarted"]) == [False, False, True, True]
+    reset_obs, reset_infos = envs.reset(seed=5, options={"reset_mask": truncations | terminations})
+    reference = ShmVectorEnv(fns[:1], autoreset_mode=mode)  # env 2 reset with seed 7, as Gymnasium seeds a list
+    np.testing.assert_array_equal(reset_obs[2], reference.reset(seed=7)[0][0])
+    reference.close()
+    envs.step(ZEROS)
+    assert envs.get_attr("t")[2:] == (1, 1)  # stepping goes on from the caller's reset
+    envs.close()
 
 
 @pytest.mark.transport

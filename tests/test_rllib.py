@@ -109,6 +109,25 @@ def test_a_dead_vecshm_worker_is_rebuilt_by_rllibs_sub_environment_restart():
     assert set(after["workers"]).isdisjoint(before["workers"]), "a new ShmVectorEnv with new workers"
 
 
+def test_vecshms_own_restart_rebuilds_a_dead_worker_without_rllib_seeing_a_failure():
+    """``register_env(..., on_worker_failure="restart")``: the ShmVectorEnv rebuilds the killed
+    worker itself (its episodes end as truncated, NEXT_STEP's way); RLlib sees no env failure, and
+    the runner keeps its ShmVectorEnv and the other workers."""
+    register_env("vecshm-cartpole-own-restart", "CartPole-v1", on_worker_failure="restart")
+    algo = ppo("vecshm-cartpole-own-restart", num_env_runners=1).build_algo()
+    try:
+        algo.train()
+        (before,) = on_runners(algo, describe)
+        os.kill(before["workers"][0], signal.SIGKILL)
+        result = algo.train()
+        (after,) = on_runners(algo, describe)
+    finally:
+        algo.stop()
+    assert not result[ENV_RUNNER_RESULTS].get("num_env_step_failures", 0)
+    assert after["workers"][0] != before["workers"][0], "the killed worker was rebuilt"
+    assert after["workers"][1:] == before["workers"][1:], "the same ShmVectorEnv and its other workers"
+
+
 def test_by_default_rllib_restarts_the_runner_and_its_workers_do_not_outlive_it():
     register_env("vecshm-cartpole-runner-restart", "CartPole-v1")
     # RLlib waits delay_between_env_runner_restarts_s (60 s by default) before it restarts a runner

@@ -99,9 +99,7 @@ class Engine:
         self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
         self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
-        every_env: list[dict[str, Any] | None] = [{}] * self.num_envs
-        resend = lambda w: self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # noqa: E731
-        self.policy = failure_policy(options.restarts, plan, self.pool, self.waiter, self.reader, resend)
+        self.policy = failure_policy(options, plan, self.pool, self.waiter, self.reader, self.send_resets)
 
     def check_usable(self) -> None:
         if self._state is EngineState.CLOSED:
@@ -243,6 +241,6 @@ class Engine:
         except VecShmError as error:
             self.fail(error)
             raise
-        if policy.keeps_piped_obs:
-            policy.keep_piped_obs(self.plan.env_ids_of(done), piped)
+        if policy.watches_results:
+            policy.seen(self.plan.env_ids_of(done), piped)
         return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)

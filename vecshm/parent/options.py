@@ -87,12 +87,6 @@ class EngineOptions:
     def __post_init__(self) -> None:
         if self.on_worker_failure not in ON_WORKER_FAILURE:
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {self.on_worker_failure!r}")
-        if self.restarts and self.autoreset is not AutoReset.SAME_STEP:
-            raise ValueError(
-                "on_worker_failure='restart' needs same-step autoreset: ShmVecEnv, or ShmVectorEnv with "
-                "autoreset_mode=AutoresetMode.SAME_STEP (restarts in the NEXT_STEP and DISABLED modes are "
-                "not supported)"
-            )
         if self.timeout is not None and not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout!r}")
         if self.info_bytes < 0:

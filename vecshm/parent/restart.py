@@ -19,7 +19,7 @@ import numpy as np
 from vecshm.parent.processes import describe_exit, describe_worker
 from vecshm.parent.waiting import Ticket
 from vecshm.shared.errors import WorkerDiedError
-from vecshm.shared.protocol import Arena, Phase
+from vecshm.shared.protocol import Arena, AutoReset, Phase, Rebuilt
 
 __all__ = ["RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_WORKER"]
 
@@ -30,7 +30,7 @@ class RaiseOnFailure:
     """The default policy: a dead worker fails the vec env, whatever it was doing."""
 
     restarting: dict[int, Any] = {}  # never filled: no episode waits to be ended
-    keeps_piped_obs = False
+    watches_results = False
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
@@ -47,16 +47,36 @@ class RaiseOnFailure:
 class RestartWorkers:
     """Rebuild a dead worker from its env factories (under this policy a process hosts one worker).
 
-    ``resend(w)`` gives worker ``w`` a reset of its envs; ``reader`` reads the last observations
-    that end the lost episodes. ``restarting`` maps each env of a restarted worker whose reset was
-    not collected yet to that observation.
+    ``send_resets`` is :meth:`vecshm.parent.engine.Engine.send_resets`, which gives the rebuilt worker
+    its envs' resets; ``reader`` reads the last observations that end the lost
+    episodes. ``restarting`` maps each env of a restarted worker whose reset was not collected yet
+    to that observation. How a lost episode ends depends on ``autoreset`` (docs/reliability.md):
+
+    - SAME_STEP: the rebuilt env's reset is the step's observation, the last one its final observation;
+    - NEXT_STEP: the step returns the last observation, truncated; the reset comes with the next
+      step, as after any truncation (:class:`~vecshm.shared.protocol.Rebuilt`). An env whose last
+      step had ended its episode was due a reset anyway: that reset is redone, and nothing is lost;
+    - DISABLED: the step returns the last observation, truncated; the caller resets by mask.
     """
 
-    def __init__(self, plan: Any, pool: Any, waiter: Any, reader: Any, resend: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        pool: Any,
+        waiter: Any,
+        reader: Any,
+        send_resets: Callable[..., Any],
+        autoreset: AutoReset,
+    ) -> None:
         self.plan, self.pool, self.waiter, self.reader = plan, pool, waiter, reader
         self.buffers = pool.buffers
-        self.resend = resend
+        self.send_resets = send_resets
+        self.same_step = autoreset is AutoReset.SAME_STEP
+        self.hold_reset = autoreset in (AutoReset.NEXT_STEP, AutoReset.NEXT_STEP_AHEAD)
         self.keeps_piped_obs = reader.spec.obs_dynamic
+        # NEXT_STEP: whether each env's last collected result ended its episode (its next step resets it)
+        self.episode_over = np.zeros(plan.num_envs, dtype=bool) if self.hold_reset else None
+        self.watches_results = self.keeps_piped_obs or self.hold_reset
         self.restarting: dict[int, Any] = {}
         self.counts: dict[int, int] = {}  # restarts per worker
         self._last_piped_obs: dict[tuple[Any, int], bytes] = {}  # the dynamic leaves a last observation may need
@@ -80,14 +100,27 @@ class RestartWorkers:
             RuntimeWarning,
             stacklevel=6,
         )
-        last_slot = int(self.buffers.prev_slot[w])
-        for i in envs:  # the last observation we have ends the lost episode
-            self.restarting[i] = self.reader.observation_of(i, last_slot, self._last_piped_obs)
+        requests = self._requests(envs, int(self.buffers.prev_slot[w]), during)
         self.waiter.unwatch(process.sentinel)
         self.pool.restart(p, deadline)
         self.waiter.watch_process(p)
-        self.resend(w)
+        every_env: list[Any] = [None] * self.plan.num_envs
+        every_env[slice(*self.plan.worker_slices[w])] = requests
+        self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # into the slot in flight
         return ticket.renewed(w, int(self.buffers.cmd_seq[w]))
+
+    def _requests(self, envs: list[int], last_slot: int, during: Phase) -> list[Any]:
+        """The rebuilt envs' reset requests, and the lost episodes ended (``restarting``): only a
+        step loses an episode; a reset in flight is redone (without its seed)."""
+        requests: list[Any] = []
+        for i in envs:
+            if during is not Phase.STEP or (self.episode_over is not None and self.episode_over[i]):
+                requests.append({})  # a reset in flight, or (NEXT_STEP) the one a step was due to do
+                continue
+            last = self.reader.observation_of(i, last_slot, self._last_piped_obs)  # ends the lost episode
+            self.restarting[i] = last
+            requests.append({} if self.same_step else Rebuilt(last, self.hold_reset))
+        return requests
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         """A worker that died while idle is replaced at the next wait, which resets its envs."""
@@ -101,15 +134,21 @@ class RestartWorkers:
             self.buffers.truncated[list(arrived)] = True
         return arrived
 
-    def keep_piped_obs(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None:
-        """Keep the observation leaves ``env_ids`` piped, in case a restart must end their episodes with them."""
-        renewed = set(env_ids.tolist())
-        kept = {key: v for key, v in self._last_piped_obs.items() if key[1] not in renewed}
-        self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] is Arena.OBS}
+    def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None:
+        """Results of ``env_ids`` were collected: keep what a restart would need to end their episodes."""
+        if self.episode_over is not None:
+            b = self.buffers
+            self.episode_over[env_ids] = b.terminated[env_ids] | b.truncated[env_ids]
+        if self.keeps_piped_obs:
+            renewed = set(env_ids.tolist())
+            kept = {key: v for key, v in self._last_piped_obs.items() if key[1] not in renewed}
+            self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] is Arena.OBS}
 
 
 def failure_policy(
-    restarts: bool, plan: Any, pool: Any, waiter: Any, reader: Any, resend: Callable[[int], None]
+    options: Any, plan: Any, pool: Any, waiter: Any, reader: Any, send_resets: Callable[..., Any]
 ) -> RaiseOnFailure | RestartWorkers:
-    """The policy for ``on_worker_failure``: ``restarts`` (``"restart"``), else the default."""
-    return RestartWorkers(plan, pool, waiter, reader, resend) if restarts else RaiseOnFailure(pool)
+    """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
+    if options.restarts:
+        return RestartWorkers(plan, pool, waiter, reader, send_resets, options.autoreset)
+    return RaiseOnFailure(pool)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Any
 
-__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "Message", "Arena", "receive_addressed"]
+__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "Message", "Arena", "Rebuilt", "receive_addressed"]
 
 
 class Command(IntEnum):
@@ -34,6 +35,18 @@ class AutoReset(IntEnum):
     NEXT_STEP = 1  # Gymnasium's default: the next step call resets instead of stepping
     DISABLED = 2  # the caller resets envs explicitly
     NEXT_STEP_AHEAD = 3  # NEXT_STEP, but an ended episode is reset right after its step is published
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """A reset request (in place of ``reset``'s keywords) for an env whose worker was rebuilt in the
+    middle of its episode, in the NEXT_STEP and DISABLED modes: the worker resets the new env
+    (without a seed) and returns ``last_obs``, the lost episode's last observation, as truncated
+    with reward 0; ``hold_reset`` (NEXT_STEP) keeps the reset's results for the env's next step,
+    as after any end of episode in that mode."""
+
+    last_obs: Any
+    hold_reset: bool
 
 
 class CallOp(IntEnum):

@@ -16,11 +16,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+from vecshm.parent.results import Batch
 from vecshm.shared.info_columns import InfoRecords
 
-__all__ = ["batch_infos", "batch_records"]
+__all__ = ["batch_infos", "batch_records", "InfoBatch", "vector_infos"]
 
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
@@ -96,3 +98,30 @@ def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict
     if not _plain_keys(schema.keys):
         return None
     return _batch_columns(num_envs, env_positions, schema.keys, schema.types, schema.columns(infos.records))
+
+
+class InfoBatch:
+    """Gymnasium's info batching (``VectorEnv._add_info``) for a batch smaller than ``num_envs``."""
+
+    _add_info = gym.vector.VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def vector_infos(batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: Any) -> dict[str, Any]:
+    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
+    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
+    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
+    records = batch.info_records(env_ids)
+    if records is not None:
+        if records.schema is None:  # no env has an info
+            return {}
+        vector_infos = batch_records(size, at[records.positions], records)
+        if vector_infos is not None:
+            return vector_infos
+    infos: list[dict[str, Any]] = [{} for _ in range(size)]
+    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
+        infos[k] = info
+    adder = vector_env if vector_env is not None else InfoBatch(size)
+    return batch_infos(size, infos, adder._add_info)

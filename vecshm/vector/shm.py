@@ -20,7 +20,7 @@ from vecshm.parent.results import Batch
 from vecshm.parent.start_methods import gymnasium_start_method
 from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
-from vecshm.vector.infos import batch_infos, batch_records
+from vecshm.vector.infos import InfoBatch, vector_infos
 from vecshm.vector.rules import (
     AUTORESET,
     check_async_options,
@@ -212,18 +212,22 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """Gymnasium-shaped results of ``batch``."""
         ids = batch.ids
         finals: dict[int, dict[str, Any]] = {}
+        restarted = batch.restarted  # envs whose episode a worker restart cut short: their info says so
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
-            for i in batch.restarted:  # an episode a worker restart cut short: its final info says so
+            for i in restarted:  # in the final info, as the episode's end
                 finals[i]["worker_restarted"] = True
-        if finals:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
+            restarted = ()
+        if finals or restarted:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
             adder = self if batch.env_ids is None else InfoBatch(len(ids))
             infos: dict[str, Any] = {}
             for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
                 if i in finals:
                     final_obs = batch.final_observation(i)
                     infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": final_obs}, k)
+                if i in restarted:  # NEXT_STEP, DISABLED: in the step's info (the step returns the last observation)
+                    step_info = {**step_info, "worker_restarted": True}
                 infos = adder._add_info(infos, step_info, k)
         else:
             whole = batch.env_ids is None
@@ -369,32 +373,3 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def _expect_pending(self, state: _State, call: str, opener: str) -> None:
         if self._state is not state:
             raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)
-
-
-class InfoBatch:
-    """Gymnasium's info batching (``VectorEnv._add_info``) for a batch smaller than ``num_envs``."""
-
-    _add_info = gym.vector.VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-
-def vector_infos(
-    batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: ShmVectorEnv | None
-) -> dict[str, Any]:
-    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
-    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
-    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
-    records = batch.info_records(env_ids)
-    if records is not None:
-        if records.schema is None:  # no env has an info
-            return {}
-        vector_infos = batch_records(size, at[records.positions], records)
-        if vector_infos is not None:
-            return vector_infos
-    infos: list[dict[str, Any]] = [{} for _ in range(size)]
-    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
-        infos[k] = info
-    adder = vector_env if vector_env is not None else InfoBatch(size)
-    return batch_infos(size, infos, adder._add_info)

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, action_dtypes, reward_codes
+from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, reward_codes
 from vecshm.shared.env_util import answer_call
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
-from vecshm.shared.layout import assemble, check_leaf_value, flatten, merge_leaves
+from vecshm.shared.layout import check_leaf_value, flatten
 from vecshm.shared.pickling import dumps
-from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Status
+from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, Status
 from vecshm.shared.units import CLAIM
+from vecshm.worker.actions import action_reader
 
 if TYPE_CHECKING:
     from vecshm.worker.main import WorkerSpec
@@ -63,7 +64,7 @@ class EnvRunner:
             and not self.obs_dynamic
             and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
         )
-        self.action_reader = self._action_reader()
+        self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
         # Under NEXT_STEP_AHEAD the envs behave as under NEXT_STEP, but the reset an ended episode
@@ -233,58 +234,6 @@ class EnvRunner:
             raise done
         return done
 
-    def _action_reader(self) -> Callable[[dict[int, list[Any]]], Callable[[int], Any]]:
-        """Built once: per step command, a function from env index to that env's action.
-
-        Rows are read in the dtype the parent wrote them in: the slice's dtype codes are read once
-        per command, and when they agree (the usual case) one view serves every env. Leaves that
-        are not in shared memory come from the command's ``dynamic`` values, by env index.
-        """
-        b = self.buffers
-        fixed, all_leaves, start = b.spec.action_fixed, b.spec.action_leaves, self.start
-        codes = b.action_codes[start : start + len(self.envs)]
-        # per leaf and code: whether a row is a scalar (nothing to copy) or an array view (copied)
-        scalar = [
-            [leaf.shape == () or code >= len(action_dtypes(leaf)) for code in range(len(views))]
-            for leaf, views in zip(fixed, b.actions)
-        ]
-        structured = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
-
-        if len(all_leaves) == 1 and fixed and not structured:
-            views, column, is_scalar = b.actions[0], codes[:, 0], scalar[0]
-
-            def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
-                kinds = set(column.tolist())
-                if len(kinds) == 1:
-                    code = kinds.pop()
-                    view = views[code]
-                    return view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
-                per_env = column.tolist()
-                return lambda index: (
-                    views[per_env[index - start]][index]
-                    if is_scalar[per_env[index - start]]
-                    else views[per_env[index - start]][index].copy()
-                )
-
-            return one_leaf
-
-        def any_space(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
-            rows = codes.tolist()
-
-            def read(index: int) -> Any:
-                row = rows[index - start]
-                values = [
-                    views[row[i]][index] if scalar[i][row[i]] else views[row[i]][index].copy()
-                    for i, views in enumerate(b.actions)
-                ]
-                if dynamic:
-                    values = merge_leaves(all_leaves, values, dynamic[index])
-                return assemble(self.action_space, values)
-
-            return read
-
-        return any_space
-
     def _write_observations(self, observations: list[Any], slot: int, during: Phase) -> int | None:
         """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
         batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
@@ -355,13 +304,16 @@ class EnvRunner:
             self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
             try:
                 b.progress[self.spec.index] = index
-                obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
-                self.needs_reset[offset] = False
+                if type(request) is Rebuilt:
+                    obs, info = self._rebuilt(offset, env, request)
+                else:
+                    obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
+                    self.needs_reset[offset] = False
                 self.last_obs[offset] = observations[-1] = obs
                 b.rewards[index] = 0.0
                 b.reward_code[index] = 0  # a reset's reward reads as a Python float's 0.0
                 b.terminated[index] = False
-                b.truncated[index] = False
+                b.truncated[index] = type(request) is Rebuilt
                 b.final_info_len[index] = INFO_EMPTY
                 self._write_info(Arena.INFO, index, info)
             except Exception as exc:
@@ -369,6 +321,17 @@ class EnvRunner:
         if failures:
             raise _EnvFailure(failures)
         return observations
+
+    def _rebuilt(self, offset: int, env: gym.Env, request: Rebuilt) -> tuple[Any, dict[str, Any]]:
+        """Reset a rebuilt env (no seed: its predecessor's generator is lost) whose episode the
+        restart cut short; what this command returns for it: the lost episode's last observation,
+        no info (the parent flags the restart). Under NEXT_STEP its next step hands on the reset,
+        as after any truncation; under DISABLED the caller resets it by mask."""
+        reset = env.reset()
+        if request.hold_reset:
+            self.ahead[offset] = reset
+        self.needs_reset[offset] = request.hold_reset
+        return request.last_obs, {}
 
     def _write_info(self, kind: Arena, index: int, info: dict) -> None:
         """An info as typed columns when it is a flat dict of numbers, else pickled (see vecshm.shared.info_columns)."""

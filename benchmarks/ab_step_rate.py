@@ -15,7 +15,8 @@ map the new tree's segment; a change inside the workers alone would have been me
 sides). ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
 and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``), and
 ``sb3-async-all``/``gym-async-all`` in async batches of every env (what a synchronous step would
-cost through the async path); 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
+cost through the async path); a facade ending in ``+restart`` runs under
+``on_worker_failure="restart"``; 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
 zero-compute env defined here (so any checkout runs it) whose infos are ALE's: ``lives``,
 ``episode_frame_number`` and ``frame_number`` on every step.
 """
@@ -60,14 +61,20 @@ class AleInfoEnv(gym.Env):
 
 
 def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    facade, _, policy = facade.partition("+")
+    failure = "restart" if policy == "restart" else "raise"
     make = AleInfoEnv if env_id == "ale-infos" else (lambda: gym.make(env_id))
     fns = [make for _ in range(n_envs)]
     mode = facade.partition("-")[2]  # "", "async" or "async-all"
     batch = {"async": n_envs // 2, "async-all": n_envs}.get(mode)
     if facade.startswith("sb3"):
-        venv = ShmVecEnv(fns, batch_size=batch, start_method="fork")
+        venv = ShmVecEnv(fns, batch_size=batch, start_method="fork", on_worker_failure=failure)
     else:
-        venv = ShmVectorEnv(fns, batch_size=batch, context="fork")
+        venv = ShmVectorEnv(fns, batch_size=batch, context="fork", on_worker_failure=failure)
     try:
         space = venv.action_space if facade.startswith("sb3") else venv.single_action_space
         space.seed(0)

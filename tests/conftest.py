@@ -156,6 +156,7 @@ class SpaceEnv(gym.Env):
         tag: int = 0,
         jitter_us: float = 0.0,
         space_seed: int | None = None,
+        filled: bool = False,
     ) -> None:
         # each env owns its spaces: a space shared in-process would share its sampling RNG
         self.observation_space = copy.deepcopy(observation_space)
@@ -170,6 +171,7 @@ class SpaceEnv(gym.Env):
         self.t = 0
         self.rng = np.random.default_rng(0)
         self.last_options: Any = None
+        self.filled = filled  # a Box observation filled with the step count: cheap for large frames
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
@@ -179,7 +181,7 @@ class SpaceEnv(gym.Env):
         self.t = 0
         self.last_options = options
         info = {"reset_seed": seed, "options": options} if seed is not None or options else {}
-        return self.observation_space.sample(), info
+        return self._observation(), info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         assert self.action_space.contains(action), f"invalid action {action!r}"
@@ -197,7 +199,12 @@ class SpaceEnv(gym.Env):
             info = {"t": self.t, "score": reward, "lives": np.int8(3 - self.t % 4)}
         if self.big_info_every and self.t % self.big_info_every == 0:
             info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena slot
-        return self.observation_space.sample(), reward, terminated, False, info
+        return self._observation(), reward, terminated, False, info
+
+    def _observation(self) -> Any:
+        if self.filled:
+            return np.full(self.observation_space.shape, self.t % 256, self.observation_space.dtype)
+        return self.observation_space.sample()
 
     def render(self) -> np.ndarray:
         return np.full((4, 6, 3), (self.t + self.tag) % 256, dtype=np.uint8)

@@ -134,3 +134,39 @@ class SpawningEnv(FaultyEnv):
 
 def spawning(fault: str = "none", **kwargs):
     return lambda: SpawningEnv(fault, **kwargs)
+
+
+class _KillsWhenWritten:
+    """An observation whose conversion to an array kills the process converting it: its worker
+    dies after it has claimed a ring unit for the step, before it has written it."""
+
+    def __array__(self, dtype=None, copy=None):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DiesWritingFrames(gym.Env):
+    """210x160x3 frames (ring-sized) filled with the step count; at step ``die_at`` the worker dies
+    while writing the observation, once per ``marker`` file (so the rebuilt env behaves)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, marker: str | None = None, die_at: int = 5) -> None:
+        self.observation_space = spaces.Box(0, 255, (210, 160, 3), np.uint8)
+        self.action_space = spaces.Discrete(2)
+        self.marker, self.die_at, self.t = marker, die_at, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros((210, 160, 3), np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.marker is not None and self.t == self.die_at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            return _KillsWhenWritten(), 0.0, False, False, {}
+        return np.full((210, 160, 3), self.t % 256, np.uint8), 1.0, False, False, {}
+
+
+def dies_writing_frames(marker: str | None = None, die_at: int = 5):
+    return lambda: DiesWritingFrames(marker, die_at)

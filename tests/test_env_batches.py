@@ -21,7 +21,7 @@ from conftest import (
     rounds_until_every_env_stepped,
     shared_memory_for,
 )
-from faulty_envs import faulty, healthy
+from faulty_envs import dies_writing_frames, faulty, healthy
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
@@ -298,12 +298,24 @@ def test_close_with_envs_waiting_finished_and_in_flight(no_leaks):
     assert obs.shape == (4, 210, 160, 3)
 
 
+# async batches under the restart policy keep the ring (lent frames) and env-by-env commands
+RESTART_BATCHES = [
+    pytest.param("box_f32", 2, id="copied-per_process"),
+    pytest.param("box_f32", 3, id="copied-env_by_env"),
+    pytest.param("frame_u8", 2, id="ring-per_process"),
+    pytest.param("frame_u8", 3, id="ring-env_by_env"),
+]
+
+
 @pytest.mark.timeout(120)
-def test_restart_policy_under_async_batches(no_leaks):
+@pytest.mark.parametrize("obs_key, batch_size", RESTART_BATCHES)
+def test_restart_policy_under_async_batches(obs_key, batch_size, no_leaks):
     """A worker killed while its envs are in flight is rebuilt; its envs come back in a later batch
     with their episodes ended as truncated, on the last observation the caller saw."""
-    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(6)]
-    venv = ShmVecEnv(fns, batch_size=3, envs_per_worker=2, on_worker_failure="restart")
+    fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(6)]
+    venv = ShmVecEnv(fns, batch_size=batch_size, envs_per_worker=2, on_worker_failure="restart")
+    assert venv.runtime.ring == (obs_key == "frame_u8")
+    assert venv.plan.num_workers == (6 if batch_size == 3 else 3)
     venv.async_reset()
     last = {}
     while venv.in_flight:
@@ -334,12 +346,14 @@ def test_restart_policy_under_async_batches(no_leaks):
 
 
 @pytest.mark.timeout(120)
-def test_gymnasium_same_step_restart_under_async_batches(no_leaks):
+@pytest.mark.parametrize("obs_key, batch_size", RESTART_BATCHES)
+def test_gymnasium_same_step_restart_under_async_batches(obs_key, batch_size, no_leaks):
     """ShmVectorEnv (SAME_STEP) as ShmVecEnv above: the killed worker's envs come back in a later
     batch, truncated, with ``final_obs`` the last observation seen and ``final_info`` flagging it."""
-    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(6)]
+    fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(6)]
     mode = AutoresetMode.SAME_STEP
-    envs = ShmVectorEnv(fns, autoreset_mode=mode, batch_size=3, envs_per_worker=2, on_worker_failure="restart")
+    envs = ShmVectorEnv(fns, autoreset_mode=mode, batch_size=batch_size, envs_per_worker=2, on_worker_failure="restart")
+    assert envs.runtime.ring == (obs_key == "frame_u8")
     envs.async_reset(seed=0)
     last = {}
     while envs.in_flight:
@@ -390,3 +404,30 @@ def test_batches_spanning_processes_step_each_env_as_soon_as_it_is_sent(cls, no_
         venv.send(np.zeros(1, dtype=np.int64), [0])
         with pytest.raises(NoAsyncCallError, match=r"send actions for envs \[1\] too"):
             venv.recv()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP], ids=["same_step", "next_step"])
+def test_a_worker_dying_between_claiming_a_ring_unit_and_writing_it_is_restarted_in_ring_order(
+    mode, tmp_path, no_leaks
+):
+    """Under the restart policy the ring stays on; a worker that dies after claiming a unit for its
+    step but before writing it leaves that unit to its successor (else every later batch would
+    wait for it), and the batches go on lent, in ring order, with its envs' episodes truncated."""
+    marker = str(tmp_path / "died")
+    fns = [dies_writing_frames()] * 2 + [dies_writing_frames(marker)] + [dies_writing_frames()]
+    envs = ShmVectorEnv(fns, autoreset_mode=mode, batch_size=2, envs_per_worker=2, on_worker_failure="restart")
+    assert envs.runtime.ring
+    envs.async_reset(seed=0)
+    flagged, steps = set(), 0
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        for _ in range(40):
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv()
+            where = infos.get("final_info", {}) if mode is AutoresetMode.SAME_STEP else infos
+            flags = where.get("_worker_restarted", np.zeros(len(env_ids), bool))
+            flagged.update(env_ids[flags].tolist())
+            assert (truncs[flags]).all() and not terms.any()
+            steps += len(env_ids)
+            envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+    assert os.path.exists(marker) and flagged == {2, 3}
+    envs.close()

@@ -527,15 +527,15 @@ def test_gymnasium_next_step_restart_truncates_on_the_last_observation_then_auto
 @pytest.mark.parametrize("reset_ahead", [False, True], ids=["next_step", "reset_ahead"])
 def test_gymnasium_next_step_restart_redoes_a_reset_that_was_due(reset_ahead, no_leaks):
     """NEXT_STEP: an env whose last step ended its episode was due a reset; its worker dying
-    loses no episode, so the restart redoes that reset, unflagged (under ``reset_ahead`` the
-    worker may have died doing it)."""
+    loses no episode, so the restart redoes that reset, which ends nothing and says
+    ``worker_restarted`` in its info (under ``reset_ahead`` the worker may have died doing it)."""
     fns = [make_space_env("box_f32", big_info_every=0, max_steps=1) for _ in range(4)]  # every step ends
     envs = ShmVectorEnv(fns, envs_per_worker=2, on_worker_failure="restart", reset_ahead=reset_ahead)
     envs.reset(seed=0)
     assert envs.step(ZEROS)[3].all()  # every episode ended
     obs, rewards, terminations, truncations, infos = _killed_and_stepped(envs)
     assert not (terminations | truncations).any() and not rewards.any()  # every env's autoreset step
-    assert "worker_restarted" not in infos
+    assert list(infos["_worker_restarted"]) == [False, False, True, True]
     assert envs.get_attr("t") == (0, 0, 0, 0)
     assert envs.step(ZEROS)[3].all()  # then every episode ends again, after one step
     envs.close()
@@ -561,6 +561,33 @@ def test_gymnasium_disabled_restart_truncates_and_the_caller_resets_by_mask(no_l
     envs.step(ZEROS)
     assert envs.get_attr("t")[2:] == (1, 1)  # stepping goes on from the caller's reset
     envs.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_reset_that_meets_a_dead_worker_is_redone_and_says_so(no_leaks):
+    """A reset in flight on a worker that died is redone on the rebuilt one, for all its envs
+    (those outside ``reset_mask`` too: their episodes were lost with it), without the seeds, and
+    their infos say ``worker_restarted``; on ShmVecEnv, in ``reset_infos``."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(4)]
+    mode = gym.vector.AutoresetMode.DISABLED
+    envs = ShmVectorEnv(fns, autoreset_mode=mode, envs_per_worker=2, on_worker_failure="restart")
+    envs.reset(seed=0)
+    envs.step(ZEROS)
+    os.kill(envs.processes[1].pid, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        obs, infos = envs.reset(seed=3, options={"reset_mask": np.array([True, False, True, False])})
+    assert list(infos["_worker_restarted"]) == [False, False, True, True]
+    assert infos["_reset_seed"][0] and not infos["_reset_seed"][1]  # the others as Gymnasium's partial reset
+    assert envs.get_attr("t")[2:] == (0, 0)
+    envs.step(ZEROS)  # and stepping goes on
+    envs.close()
+    venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart")
+    venv.reset()
+    os.kill(venv.processes[1].pid, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match="restarting"):
+        venv.reset()
+    assert [info.get("worker_restarted", False) for info in venv.reset_infos] == [False, False, True, True]
+    venv.close()
 
 
 @pytest.mark.transport

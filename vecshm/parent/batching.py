@@ -148,6 +148,8 @@ class AsyncBatches:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
                 units = ring.next_units(need // ring.unit_rows)
                 done, extras = self.engine.collect_units(units, self._ticket(pending), timeout)
+                if ring.keep_latest:
+                    ring.collected(units, done)
                 self.in_flight[done] = False
                 self.active = np.count_nonzero(self.in_flight) > 0  # (nothing was left in ``finished``)
                 env_ids = self.plan.env_table[done].reshape(-1)  # (with a ring, every worker hosts as many)
@@ -178,7 +180,10 @@ class AsyncBatches:
         left = len(finished.env_ids)
         if need > left:
             units = ring.next_units(ring.units_for(need))
-            done, extras = self.engine.collect_units(units[1:] if left else units, self._ticket(pending), timeout)
+            units = units[1:] if left else units
+            done, extras = self.engine.collect_units(units, self._ticket(pending), timeout)
+            if ring.keep_latest:
+                ring.collected(units, done)
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)

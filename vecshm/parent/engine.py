@@ -63,7 +63,6 @@ class Engine:
         cores = usable_cores()
         self.plan = plan = VecEnvPlan.build(
             self.num_envs, options.envs_per_worker, len(cores), options.max_workers, options.async_batch,
-            commands="per_process" if options.restarts else "auto",
         )  # fmt: skip
         self.worker_cores = plan_worker_cores(options.cpu_affinity, plan.num_processes)  # per process
         settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
@@ -96,10 +95,11 @@ class Engine:
         self.nbytes = self.spec.plan().size
         self.slots = ObservationSlots(self.buffers)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
-        self.ring = UnitRing(self.pool.claims, self.buffers, plan.num_workers) if self.spec.ring_units else None
+        ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
+        self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
         self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
-        self.policy = failure_policy(options, plan, self.pool, self.waiter, self.reader, self.send_resets)
+        self.policy = failure_policy(options, plan, self.pool, self.waiter, self.reader, self.ring, self.send_resets)
 
     def check_usable(self) -> None:
         if self._state is EngineState.CLOSED:
@@ -129,7 +129,10 @@ class Engine:
         return self.start_step(self.plan.all_workers, self.slots.acquire() if copy else 0, dynamic)
 
     def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
-        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``."""
+        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
+        Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.restart`)."""
+        if self.policy.rebuilt and not self.policy.rebuilt.isdisjoint(workers.tolist()):
+            return self.policy.start_rebuilt(workers, slot, dynamic, self.start_step)
         ticket = self.submit(Command.STEP, workers, slot, Phase.STEP)
         if dynamic is not None:
             for w in workers.tolist():
@@ -146,6 +149,7 @@ class Engine:
             workers = self.plan.all_workers
             if self.balance.active:
                 self.balance.release()
+        requests = self.policy.reset_rebuilt(workers, requests) if self.policy.rebuilt else requests
         ticket = self.submit(Command.RESET, workers, slot, Phase.RESET)
         for w in workers.tolist():
             self.send(w, requests[slice(*self.plan.worker_slices[w])], Phase.RESET)

@@ -2,8 +2,8 @@
 
 A *process* hosts a contiguous slice of envs. A *worker* is what a command runs on: the envs it
 steps together, and publishes together when the last is done. By default a worker is a whole
-process's envs. For async batches that are not exactly one process's envs (and not under the
-restart policy), each env is a worker of its own, and a process hosts several: it runs the
+process's envs. For async batches that are not exactly one process's envs, each env is a worker
+of its own, and a process hosts several: it runs the
 commands of those that have one, one after the other, and publishes each env as soon as it is
 done, so a batch fills env by env (docs/design.md, "Async batches"). The pool, the pinning and
 the batches all read the one :class:`VecEnvPlan`; none works these tables out again.
@@ -54,8 +54,8 @@ class VecEnvPlan:
     ) -> VecEnvPlan:
         """The plan for ``num_envs`` envs: process slices from ``split_envs``. ``commands``:
         ``"auto"`` runs them env by env where async batches of ``async_batch`` envs are not exactly
-        one process's envs; ``"per_process"`` never does (the restart policy rebuilds whole
-        processes), ``"per_env"`` always does (to measure the choice)."""
+        one process's envs; ``"per_process"`` never does, ``"per_env"`` always does (to measure
+        the choice)."""
         if commands not in COMMANDS:
             raise ValueError(f"commands must be one of {COMMANDS}, got {commands!r}")
         processes = split_envs(num_envs, envs_per_worker, num_cores, max_workers)
@@ -103,13 +103,12 @@ class VecEnvPlan:
     def process_envs(self, p: int) -> list[int]:
         return list(range(*self.process_slices[p]))
 
-    def ring_unit_rows(self, env_bytes: int, min_unit_bytes: int, restartable: bool) -> int:
+    def ring_unit_rows(self, env_bytes: int, min_unit_bytes: int) -> int:
         """Rows per unit of the async ring (see :mod:`vecshm.parent.ring`), or 0 to copy async batches.
 
-        A unit holds one worker's envs, so every worker must host as many. A worker restart loses
-        the unit its predecessor claimed, so the restart policy copies; so do observations of
-        ``env_bytes`` too small for lending to pay (a unit under ``min_unit_bytes``)."""
-        if self.env_table is None or restartable:
+        A unit holds one worker's envs, so every worker must host as many. Observations of
+        ``env_bytes`` too small for lending to pay (a unit under ``min_unit_bytes``) are copied."""
+        if self.env_table is None:
             return 0
         rows = self.env_table.shape[1]
         return rows if env_bytes and rows * env_bytes >= min_unit_bytes else 0

@@ -10,6 +10,7 @@ The engine asks the policy, and has no branches of its own for restarts.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,19 +18,22 @@ from typing import Any
 import numpy as np
 
 from vecshm.parent.processes import describe_exit, describe_worker
-from vecshm.parent.waiting import Ticket
+from vecshm.parent.waiting import WORKER_CHECK_SECONDS, Ticket
 from vecshm.shared.errors import WorkerDiedError
-from vecshm.shared.protocol import Arena, AutoReset, Phase, Rebuilt
+from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset
+from vecshm.shared.units import CLAIM
 
-__all__ = ["RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_WORKER"]
+__all__ = ["RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_WORKER", "REDONE"]
 
 MAX_RESTARTS_PER_WORKER = 20
+REDONE = None  # in ``restarting``: the env's reset was redone (a :class:`RebuiltReset`), no episode lost
 
 
 class RaiseOnFailure:
     """The default policy: a dead worker fails the vec env, whatever it was doing."""
 
     restarting: dict[int, Any] = {}  # never filled: no episode waits to be ended
+    rebuilt: frozenset[int] = frozenset()  # never filled: no worker waits for its envs' resets
     watches_results = False
 
     def __init__(self, pool: Any) -> None:
@@ -45,12 +49,16 @@ class RaiseOnFailure:
 
 
 class RestartWorkers:
-    """Rebuild a dead worker from its env factories (under this policy a process hosts one worker).
+    """Rebuild a dead worker process from its env factories; its envs' lost episodes end as truncated.
 
-    ``send_resets`` is :meth:`vecshm.parent.engine.Engine.send_resets`, which gives the rebuilt worker
-    its envs' resets; ``reader`` reads the last observations that end the lost
-    episodes. ``restarting`` maps each env of a restarted worker whose reset was not collected yet
-    to that observation. How a lost episode ends depends on ``autoreset`` (docs/reliability.md):
+    A process hosts one worker, or (async batches that take commands env by env) several. Of a dead
+    process's workers, those whose command was in flight and unfinished get their envs' resets at
+    once (``send_resets`` is :meth:`vecshm.parent.engine.Engine.send_resets`), into the slot or ring
+    unit their command was writing. The others were idle, or had published their results: they are
+    ``rebuilt``, and their next step (:meth:`start_rebuilt`) is that reset instead, once the caller
+    has seen those results. ``restarting`` maps each env whose reset was sent but not collected to
+    the last observation the caller saw (``reader`` reads it, from a slot or the ring's unit
+    ``ring.latest`` keeps). How a lost episode ends depends on ``autoreset`` (docs/reliability.md):
 
     - SAME_STEP: the rebuilt env's reset is the step's observation, the last one its final observation;
     - NEXT_STEP: the step returns the last observation, truncated; the reset comes with the next
@@ -65,10 +73,11 @@ class RestartWorkers:
         pool: Any,
         waiter: Any,
         reader: Any,
+        ring: Any,
         send_resets: Callable[..., Any],
         autoreset: AutoReset,
     ) -> None:
-        self.plan, self.pool, self.waiter, self.reader = plan, pool, waiter, reader
+        self.plan, self.pool, self.waiter, self.reader, self.ring = plan, pool, waiter, reader, ring
         self.buffers = pool.buffers
         self.send_resets = send_resets
         self.same_step = autoreset is AutoReset.SAME_STEP
@@ -78,49 +87,114 @@ class RestartWorkers:
         self.episode_over = np.zeros(plan.num_envs, dtype=bool) if self.hold_reset else None
         self.watches_results = self.keeps_piped_obs or self.hold_reset
         self.restarting: dict[int, Any] = {}
-        self.counts: dict[int, int] = {}  # restarts per worker
+        self.rebuilt: set[int] = set()  # workers rebuilt while idle: their next step resets them instead
+        self.counts: dict[int, int] = {}  # restarts per process
         self._last_piped_obs: dict[tuple[Any, int], bytes] = {}  # the dynamic leaves a last observation may need
 
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
-        """Replace dead process ``p``, reset its envs, and keep the last observation of their lost
-        episodes; ``ticket`` now expecting that reset from its worker."""
+        """Replace dead process ``p``; ``ticket`` now expecting its unfinished workers' resets."""
         during = ticket.phase
         if not during.runs_envs:
             self.pool.raise_died(p, during)
-        w = self.plan.lanes[p][0]
-        self.counts[w] = self.counts.get(w, 0) + 1
-        if self.counts[w] > MAX_RESTARTS_PER_WORKER:
+        self.counts[p] = self.counts.get(p, 0) + 1
+        if self.counts[p] > MAX_RESTARTS_PER_WORKER:
             self.pool.raise_died(p, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
-        envs = self.plan.worker_envs(w)
         process = self.pool.processes[p]
         process.join(1.0)
         warnings.warn(
-            f"{describe_worker(w, envs)} {describe_exit(process.exitcode)} during {during}; restarting it from "
-            f"its env factories (restart {self.counts[w]}); its envs' episodes end as truncated",
+            f"{describe_worker(p, self.plan.process_envs(p))} {describe_exit(process.exitcode)} during {during}; "
+            f"restarting it from its env factories (restart {self.counts[p]}); its envs' episodes end as truncated",
             RuntimeWarning,
             stacklevel=6,
         )
-        requests = self._requests(envs, int(self.buffers.prev_slot[w]), during)
+        b = self.buffers
+        lanes = range(*self.plan.lanes[p])
+        expected = dict(zip(ticket.workers.tolist(), ticket.expected.tolist()))
+        unfinished = [w for w in lanes if w in expected and int(b.done_seq[w]) != expected[w]]
+        self.rebuilt.update(w for w in lanes if w not in unfinished)
         self.waiter.unwatch(process.sentinel)
+        if unfinished and ticket.slot == CLAIM:  # one may have claimed a ring unit it never wrote
+            self._recover_claims(p, ticket.workers, expected, deadline)
+        # (read before the resets move them) a reset in flight loses no episode: it is redone
+        requests = {w: self._requests(w, int(b.prev_slot[w]), int(b.cmd[w]) == Command.RESET) for w in unfinished}
         self.pool.restart(p, deadline)
         self.waiter.watch_process(p)
+        for w in unfinished:
+            self._reset(w, requests[w], int(b.obs_slot[w]))  # into the slot (or ring) in flight
+            ticket = ticket.renewed(w, int(b.cmd_seq[w]))
+        return ticket
+
+    def start_rebuilt(
+        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: Callable[..., Ticket]
+    ) -> Ticket:
+        """The step of ``workers`` into ``slot``, where the ``rebuilt`` among them are sent their
+        envs' resets instead (their actions are dropped) and the others the step (``start_step``,
+        :meth:`vecshm.parent.engine.Engine.start_step`); one ticket for all."""
+        ids = workers.tolist()
+        mine = self.rebuilt.intersection(ids)
+        for w in mine:
+            self.rebuilt.discard(w)
+            if dynamic is not None:
+                for i in self.plan.worker_envs(w):
+                    dynamic.pop(i, None)
+            self._reset(w, self._requests(w, int(self.buffers.obs_slot[w]), False), slot)
+        others = np.array([w for w in ids if w not in mine], dtype=np.int64)
+        if len(others):
+            start_step(others, slot, dynamic)
+        return Ticket(workers, self.buffers.cmd_seq[workers], slot, Phase.STEP, time.monotonic())
+
+    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
+        """``requests`` of a reset of ``workers``, where those ``rebuilt`` reset every env (their
+        lost episodes end there; ``worker_restarted`` in the reset's info says so)."""
+        requests = list(requests)
+        for w in self.rebuilt.intersection(workers.tolist()):
+            self.rebuilt.discard(w)
+            for i in self.plan.worker_envs(w):
+                requests[i] = RebuiltReset(requests[i] or {})
+                self.restarting[i] = REDONE
+        return requests
+
+    def _reset(self, w: int, requests: list[Any], slot: int) -> None:
         every_env: list[Any] = [None] * self.plan.num_envs
         every_env[slice(*self.plan.worker_slices[w])] = requests
-        self.send_resets(every_env, int(self.buffers.obs_slot[w]), np.array([w]))  # into the slot in flight
-        return ticket.renewed(w, int(self.buffers.cmd_seq[w]))
+        self.send_resets(every_env, slot, np.array([w]))
 
-    def _requests(self, envs: list[int], last_slot: int, during: Phase) -> list[Any]:
-        """The rebuilt envs' reset requests, and the lost episodes ended (``restarting``): only a
-        step loses an episode; a reset in flight is redone (without its seed)."""
+    def _requests(self, w: int, last_slot: int, redo_reset: bool) -> list[Any]:
+        """Worker ``w``'s rebuilt envs' reset requests, whose last results (those the caller saw)
+        went to ``last_slot``; the lost episodes are ended (``restarting``). ``redo_reset``: the
+        command lost was a reset, which is redone (without its seed), and no episode was lost."""
+        redo_reset = redo_reset or (last_slot == CLAIM and self.ring.latest[w] < 0)  # (no ring result seen yet)
         requests: list[Any] = []
-        for i in envs:
-            if during is not Phase.STEP or (self.episode_over is not None and self.episode_over[i]):
-                requests.append({})  # a reset in flight, or (NEXT_STEP) the one a step was due to do
+        for k, i in enumerate(self.plan.worker_envs(w)):
+            if redo_reset or (self.episode_over is not None and self.episode_over[i]):
+                self.restarting[i] = REDONE  # (NEXT_STEP: the reset its step was due to do)
+                requests.append(RebuiltReset({}))
                 continue
-            last = self.reader.observation_of(i, last_slot, self._last_piped_obs)  # ends the lost episode
+            if last_slot == CLAIM:  # the unit the ring keeps for the worker's latest results
+                arrays, row = self.buffers.ring, self.ring.latest[w] * self.ring.unit_rows + k
+            else:
+                arrays, row = self.buffers.obs_slots[last_slot], i
+            last = self.reader.observation_in(arrays, row, i, self._last_piped_obs)
             self.restarting[i] = last
             requests.append({} if self.same_step else Rebuilt(last, self.hold_reset))
         return requests
+
+    def _recover_claims(self, p: int, workers: np.ndarray, expected: dict[int, int], deadline: float | None) -> None:
+        """Once no live worker of the command can claim a ring unit any more, give back first the
+        units claimed but never written (by ``p``'s workers, which died between the two), so that
+        the restarted workers' claims fill them and the ring keeps its order."""
+        b, process_of, processes = self.buffers, self.plan.process_of, self.pool.processes
+        others = [w for w in workers.tolist() if process_of[w] != p]
+        while True:
+            running = [w for w in others if int(b.done_seq[w]) != expected[w] and processes[process_of[w]].is_alive()]
+            if not running:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                self.pool.raise_timeout(running, Phase.STEP)
+            if self.waiter.watch.wait(WORKER_CHECK_SECONDS):  # another dead process: its turn comes next
+                time.sleep(0.001)
+            self.pool.done_bell.take()
+        self.ring.recover_claims()
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         """A worker that died while idle is replaced at the next wait, which resets its envs."""
@@ -128,10 +202,12 @@ class RestartWorkers:
 
     def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
         """The envs of ``env_ids`` whose worker was restarted for this command (their reset is now
-        collected), with the last observation of their lost episode, which ends as truncated."""
+        collected), with the last observation of their lost episode, which ends as truncated (or
+        ``REDONE``: a reset redone, no episode lost)."""
         arrived = {i: self.restarting.pop(i) for i in env_ids.tolist() if i in self.restarting}
-        if arrived and during is Phase.STEP:
-            self.buffers.truncated[list(arrived)] = True
+        lost = [i for i, last in arrived.items() if last is not REDONE]
+        if lost and during is Phase.STEP:
+            self.buffers.truncated[lost] = True
         return arrived
 
     def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None:
@@ -146,9 +222,9 @@ class RestartWorkers:
 
 
 def failure_policy(
-    options: Any, plan: Any, pool: Any, waiter: Any, reader: Any, send_resets: Callable[..., Any]
+    options: Any, plan: Any, pool: Any, waiter: Any, reader: Any, ring: Any, send_resets: Callable[..., Any]
 ) -> RaiseOnFailure | RestartWorkers:
     """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
     if options.restarts:
-        return RestartWorkers(plan, pool, waiter, reader, send_resets, options.autoreset)
+        return RestartWorkers(plan, pool, waiter, reader, ring, send_resets, options.autoreset)
     return RaiseOnFailure(pool)

@@ -141,9 +141,10 @@ class ResultReader:
         ]
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 
-    def observation_of(self, env_index: int, slot: int, piped: Mapping) -> Any:
-        """A copy of one env's observation as its last command wrote it to ``slot``."""
-        fixed = [a[env_index].copy() for a in self.buffers.obs_slots[slot]]
+    def observation_in(self, arrays: list[np.ndarray], row: int, env_index: int, piped: Mapping) -> Any:
+        """A copy of env ``env_index``'s observation as its last command wrote it: its fixed leaves
+        at ``row`` of ``arrays`` (a slot's, or the ring's), its dynamic ones in its arena slot."""
+        fixed = [a[row].copy() for a in arrays]
         dynamic = self.blob("obs", env_index, piped) if self.spec.obs_dynamic else []
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
 

@@ -37,10 +37,11 @@ LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied
 RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see results.LEND_MIN_BYTES)
 
 
-def ring_units(num_workers: int, units_per_batch: int | None = None) -> int:
-    """Units a ring needs: one in flight per worker, and ``LENDABLE_BATCHES`` batches lent (by
-    default batches of every worker: the segment is laid out before the batch size is known)."""
-    return num_workers + LENDABLE_BATCHES * (units_per_batch or num_workers)
+def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:
+    """Units a ring needs: one in flight per worker, ``LENDABLE_BATCHES`` batches lent (by
+    default batches of every worker: the segment is laid out before the batch size is known), and
+    under the restart policy (``keep_latest``) one per worker that keeps its latest results."""
+    return num_workers * (2 if keep_latest else 1) + LENDABLE_BATCHES * (units_per_batch or num_workers)
 
 
 def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any) -> BufferSpec:
@@ -49,7 +50,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
     the ring's units need non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
     env_bytes = sum(leaf.nbytes for leaf in leaves(observation_space) if not leaf.dynamic)
     can_lend = hasattr(os, "set_blocking")
-    unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES, options.restarts) if can_lend else 0
+    unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES) if can_lend else 0
     return BufferSpec(
         observation_space,
         action_space,
@@ -57,7 +58,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         plan.num_workers,
         options.info_bytes,
         obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
-        ring_units=ring_units(plan.num_workers) if unit_rows else 0,
+        ring_units=ring_units(plan.num_workers, keep_latest=options.restarts) if unit_rows else 0,
         unit_rows=unit_rows,
     )
 
@@ -72,7 +73,7 @@ def units_spanned(batch_size: int, unit_rows: int) -> int:
 class UnitRing:
     """The parent's side: which units the next claims get, and lending or copying a batch of them."""
 
-    def __init__(self, pipe: UnitPipe, buffers: Buffers, num_workers: int) -> None:
+    def __init__(self, pipe: UnitPipe, buffers: Buffers, num_workers: int, keep_latest: bool = False) -> None:
         spec = buffers.spec
         self.pipe = pipe
         self.buffers = buffers
@@ -82,7 +83,13 @@ class UnitRing:
         self.arrays = buffers.ring
         # per leaf: address of row 0, bytes per row, dtype, shape of a row
         self._leaves = [(a.ctypes.data, a.strides[0], a.dtype, a.shape[1:]) for a in self.arrays]
-        self.max_lent = self.units - num_workers  # so that every worker in flight finds a free unit
+        # Under the restart policy each worker's latest collected unit is kept (``latest``, ``_held``)
+        # until its next one is collected: a restart ends the lost episodes on those observations.
+        self.keep_latest = keep_latest
+        self.latest = [-1] * num_workers
+        self._held = [False] * spec.ring_units
+        self._reserved = num_workers * (2 if keep_latest else 1)  # units the workers may hold
+        self.max_lent = self.units - self._reserved  # so that every worker in flight finds a free unit
         self._mapping: Any = buffers.mapping
         # the units in the pipe, in the order workers will claim them (first: one partly taken)
         self._queue: deque[int] = deque()
@@ -96,8 +103,8 @@ class UnitRing:
 
         The fewer units the workers cycle through, the more of them are still in cache when written.
         """
-        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, units_per_batch))
-        self.max_lent = self.units - self.num_workers
+        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, units_per_batch, self.keep_latest))
+        self.max_lent = self.units - self._reserved
         self.rebuild()
 
     def next_units(self, n: int) -> np.ndarray:
@@ -149,7 +156,7 @@ class UnitRing:
         else:
             index = np.concatenate([np.arange(u * r, (u + 1) * r) for u in units])[first : first + rows]
             arrays = [a[index] for a in self.arrays]
-        self._free([u for u in units[:taken] if not leases[u]])
+        self._free([u for u in units[:taken] if not leases[u] and not self._held[u]])
         return arrays
 
     def discard(self, n: int) -> None:
@@ -157,7 +164,7 @@ class UnitRing:
         if self.offset:
             n, self.offset = n + 1, 0
         units = [self._queue.popleft() for _ in range(n)]
-        self._free([u for u in units if not self._leases[u]])
+        self._free([u for u in units if not self._leases[u] and not self._held[u]])
 
     def _release_whole(self, units: list[int]) -> None:
         """A lent batch of whole units was dropped: no other batch views them, and none waits."""
@@ -165,7 +172,7 @@ class UnitRing:
         for u in units:
             leases[u] = 0
         self._lent_units -= len(units)
-        self._free(units)
+        self._free([u for u in units if not self._held[u]] if self.keep_latest else units)
 
     def _release(self, units: list[int]) -> None:
         """A lent batch over ``units`` was dropped: free those no batch views and none of whose rows wait."""
@@ -174,6 +181,8 @@ class UnitRing:
             leases[u] -= 1
         unviewed = [u for u in units if not leases[u]]
         self._lent_units -= len(unviewed)
+        if self.keep_latest:
+            unviewed = [u for u in unviewed if not self._held[u]]
         if self.offset and self._queue:  # a unit whose other rows wait stays out of the pipe
             waiting = self._queue[0]
             unviewed = [u for u in unviewed if u != waiting]
@@ -188,8 +197,29 @@ class UnitRing:
         self.pipe.take_all()
         self._queue.clear()
         self.offset = 0
-        free = [u for u in range(self.units) if not self._leases[u]]
+        free = [u for u in range(self.units) if not self._leases[u] and not self._held[u]]
         self._give(free)
+
+    def collected(self, units: np.ndarray, workers: np.ndarray) -> None:
+        """``workers`` wrote ``units`` (under ``keep_latest``): each one's latest results are kept
+        there now, and the unit that kept its previous ones is free once no lent batch views it."""
+        latest, held, leases = self.latest, self._held, self._leases
+        freed = []
+        for u, w in zip(units.tolist(), workers.tolist()):
+            old, latest[w], held[u] = latest[w], u, True
+            if old >= 0 and old != u:
+                held[old] = False
+                if not leases[old]:  # (its rows were all taken: the worker has run again since)
+                    freed.append(old)
+        self._free(freed)
+
+    def recover_claims(self) -> None:
+        """Give back first the units claimed but never written (their worker died in between), so
+        that the next claims fill them in ring order (only while no live worker can claim)."""
+        free = self.pipe.take_all()
+        in_pipe, owners = set(free), self.buffers.unit_worker
+        lost = [u for u in self._queue if u not in in_pipe and owners[u] == -1]
+        self.pipe.give(lost + free)
 
     def _free(self, units: list[int]) -> None:
         if self.pipe.write_fd < 0 or not units:  # the vec env is closed: nothing to give back

@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Any
 
-__all__ = ["Command", "Status", "AutoReset", "CallOp", "Phase", "Message", "Arena", "Rebuilt", "receive_addressed"]
+__all__ = [
+    "Command",
+    "Status",
+    "AutoReset",
+    "CallOp",
+    "Phase",
+    "Message",
+    "Arena",
+    "Rebuilt",
+    "RebuiltReset",
+    "receive_addressed",
+]
 
 
 class Command(IntEnum):
@@ -47,6 +58,15 @@ class Rebuilt:
 
     last_obs: Any
     hold_reset: bool
+
+
+@dataclass(frozen=True)
+class RebuiltReset:
+    """A reset of an env whose worker was rebuilt, where no episode ends on the lost one: a reset
+    that was in flight, redone, or one the caller asks of it (``kwargs``: its keywords). Its info
+    says ``worker_restarted``: a seed the lost reset had is not redone."""
+
+    kwargs: dict[str, Any]
 
 
 class CallOp(IntEnum):

@@ -47,14 +47,18 @@ class UnitPipe:
         while data:
             data = data[os.write(self.write_fd, data) :]
 
-    def take_all(self) -> None:
-        """Empty the pipe (only while no worker can claim)."""
+    def take_all(self) -> list[int]:
+        """Empty the pipe (only while no worker can claim); the units it held, in order."""
+        data = b""
         while True:
             try:
-                if not os.read(self.read_fd, 4096 * TOKEN):
-                    return
+                chunk = os.read(self.read_fd, 4096 * TOKEN)
             except BlockingIOError:
-                return
+                break
+            if not chunk:
+                break
+            data += chunk
+        return array("I", data).tolist()
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):

@@ -172,7 +172,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         batch = self._wait_pending(_State.WAITING_RESET, "reset_wait", "reset_async", timeout)
-        chosen = np.flatnonzero(self._reset_mask)
+        # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
+        chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
         return batch.observations(self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
@@ -216,8 +217,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
             finals = dict(zip(ended, batch.infos(ended, "final")))
-            for i in restarted:  # in the final info, as the episode's end
-                finals[i]["worker_restarted"] = True
+            for i in restarted:  # in the final info, as the episode's end (a redone reset's own info says so)
+                if i in finals:
+                    finals[i]["worker_restarted"] = True
             restarted = ()
         if finals or restarted:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
             adder = self if batch.env_ids is None else InfoBatch(len(ids))

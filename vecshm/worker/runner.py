@@ -20,7 +20,7 @@ from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
 from vecshm.shared.layout import check_leaf_value, flatten
 from vecshm.shared.pickling import dumps
-from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, Status
+from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
 
@@ -306,6 +306,10 @@ class EnvRunner:
                 b.progress[self.spec.index] = index
                 if type(request) is Rebuilt:
                     obs, info = self._rebuilt(offset, env, request)
+                elif type(request) is RebuiltReset:
+                    obs, info = env.reset(**request.kwargs)
+                    info = {**info, "worker_restarted": True}
+                    self.needs_reset[offset] = False
                 else:
                     obs, info = env.reset(**request)  # the keywords the facade chose, as its peer passes them
                     self.needs_reset[offset] = False

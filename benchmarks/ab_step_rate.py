@@ -15,7 +15,8 @@ map the new tree's segment; a change inside the workers alone would have been me
 sides). ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
 and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``), and
 ``sb3-async-all``/``gym-async-all`` in async batches of every env (what a synchronous step would
-cost through the async path); a facade ending in ``+restart`` runs under
+cost through the async path); ``subproc`` steps SB3's ``SubprocVecEnv`` (forked, as vecshm here),
+the peer to alternate with; ``AB_SECONDS`` sets the measured time (2 s); a facade ending in ``+restart`` runs under
 ``on_worker_failure="restart"``; 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
 zero-compute env defined here (so any checkout runs it) whose infos are ALE's: ``lives``,
 ``episode_frame_number`` and ``frame_number`` on every step.
@@ -23,6 +24,7 @@ zero-compute env defined here (so any checkout runs it) whose infos are ALE's: `
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -33,7 +35,7 @@ import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
 from vecshm import ShmVecEnv, ShmVectorEnv
 
 N_ENVS = 8
-SECONDS = 2.0
+SECONDS = float(os.environ.get("AB_SECONDS", 2.0))  # per run
 
 
 class AleInfoEnv(gym.Env):
@@ -71,12 +73,16 @@ def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
     fns = [make for _ in range(n_envs)]
     mode = facade.partition("-")[2]  # "", "async" or "async-all"
     batch = {"async": n_envs // 2, "async-all": n_envs}.get(mode)
-    if facade.startswith("sb3"):
+    if facade == "subproc":
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        venv = SubprocVecEnv(fns, start_method="fork")
+    elif facade.startswith("sb3"):
         venv = ShmVecEnv(fns, batch_size=batch, start_method="fork", on_worker_failure=failure)
     else:
         venv = ShmVectorEnv(fns, batch_size=batch, context="fork", on_worker_failure=failure)
     try:
-        space = venv.action_space if facade.startswith("sb3") else venv.single_action_space
+        space = venv.action_space if facade.startswith(("sb3", "subproc")) else venv.single_action_space
         space.seed(0)
         actions = np.stack([space.sample() for _ in range(batch or n_envs)])
         if batch is None:

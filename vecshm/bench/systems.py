@@ -197,6 +197,7 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
         System("vecshm ShmVectorEnv", shm_vector()),
         System("vecshm ShmVectorEnv async (batch n/2)", shm_async()),
+        System("vecshm ShmVectorEnv async restart (batch n/2)", shm_async(on_worker_failure="restart"), default=False),
         System("vecshm DummyVecEnv", _vecshm_dummy, default=False),
         System("vecshm RayVecEnv (1 actor)", _ray_vec_env, ("ray",), default=False),
         System("SB3 SubprocVecEnv", _sb3_subproc, ("stable_baselines3",)),

@@ -31,6 +31,10 @@ import numpy as np
 __all__ = ["CoreBalance", "BALANCE_SECONDS", "PAUSE_SECONDS", "RESERVE_BELOW", "RELEASE_ABOVE"]
 
 BALANCE_SECONDS = 0.25  # how often the balance is looked at while async batches run
+# From this many cores on, async batches reserve the parent's core from their first batch, before
+# any window was measured: a core is then at most an eighth of the workers', and on 16 cores
+# reserving it was the faster placement for every workload measured (docs/benchmarks.md)
+RESERVE_FROM_CORES = 8
 RESERVE_BELOW = 2.5  # workers' busy time per remaining core over the parent's, below which it gets a core
 RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESERVE_BELOW, so it does not flap)
 # (both on 2 cores; CoreBalance scales them by the remaining cores, see tick)
@@ -59,6 +63,9 @@ class CoreBalance:
         self.cores = cores
         self.enabled = enabled and len(cores) >= 2 and hasattr(os, "sched_setaffinity")
         self.reserved = False  # whether the workers keep off cores[0] now
+        # the placement the last window chose (before any, by the core count): async batches that
+        # start again after a synchronous command or a pause take it at once
+        self.chosen = len(cores) >= RESERVE_FROM_CORES
         self.active = False  # reserved, or a window open: a synchronous command has something to release
         self.ratio: float | None = None  # the last window's workers' busy time per remaining core over the parent's
         self.utilization: float | None = None  # the last window's workers' busy time per remaining core over its length
@@ -83,6 +90,8 @@ class CoreBalance:
         if window is None or now - last > PAUSE_SECONDS:  # a first batch, or the first after a pause
             self._window = (now, self._waits.waited_seconds, float(self._busy.sum()))
             self.active = True
+            if self.chosen and not self.reserved:
+                self._reserve()
             return
         start, wait_seconds, busy = window
         if now - start < BALANCE_SECONDS:
@@ -97,7 +106,8 @@ class CoreBalance:
         # Both bounds are for 2 cores, where the parent's core is half the machine; with more, it
         # costs the workers one core in ``cores``, so the bounds scale with the remaining cores.
         spare = len(self.cores) - 1
-        if ratio < RESERVE_BELOW * spare or (self.reserved and ratio <= RELEASE_ABOVE * spare):
+        self.chosen = ratio < RESERVE_BELOW * spare or (self.reserved and ratio <= RELEASE_ABOVE * spare)
+        if self.chosen:
             self._reserve()
         else:
             self.release()

@@ -25,9 +25,9 @@ __all__ = ["EngineOptions", "DEFAULT_INFO_BYTES", "check_same_layout", "tuple_of
 DEFAULT_INFO_BYTES = 2048
 DEFAULT_SPIN_SECONDS = 1e-3
 # A worker waits for its next command while the learner computes actions: spinning through that
-# time takes cores from the learner, while a loop with no learner work turns a step round mostly
-# within a short spin (docs/design.md, "Waiting without burning cores"). Only the automatic
-# setting is capped.
+# time takes cores from the learner, while a loop with no learner work turns a step round within a
+# short spin (docs/design.md, "Waiting without burning cores"). So with the automatic setting the
+# workers spin as long as the parent while its turnaround stays under this, and up to this after.
 WORKER_SPIN_SECONDS = 150e-6
 SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 ON_WORKER_FAILURE = ("raise", "restart")
@@ -122,7 +122,9 @@ class EngineOptions:
         return DEFAULT_SPIN_SECONDS if platform.machine() in SPIN_ARCHES else 0.0
 
     @property
-    def worker_spin_seconds(self) -> float:
-        """Longest busy-wait of a worker between commands: the parent's, capped unless set."""
+    def worker_spin_seconds(self) -> tuple[float, float]:
+        """Longest busy-waits of a worker between commands: while the parent turns a command round
+        within ``WORKER_SPIN_SECONDS`` (a loop with no learner work), the parent's; after a longer
+        turnaround, at most ``WORKER_SPIN_SECONDS``. An explicit ``spin`` sets both."""
         budget = self.parent_spin_seconds
-        return budget if self.spin is not None else min(budget, WORKER_SPIN_SECONDS)
+        return budget, budget if self.spin is not None else min(budget, WORKER_SPIN_SECONDS)

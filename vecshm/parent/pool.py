@@ -89,7 +89,8 @@ class WorkerPool:
                 done_bell=None,  # type: ignore[arg-type]
                 autoreset=options.autoreset,
                 reward_codes=options.reward_codes,
-                spin_seconds=options.worker_spin_seconds,
+                spin_seconds=options.worker_spin_seconds[0],
+                loose_spin_seconds=options.worker_spin_seconds[1],
                 settings=worker_settings[p],
                 parent_pid=self.owner_pid,
                 registry=registry,

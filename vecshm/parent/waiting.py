@@ -25,6 +25,7 @@ __all__ = ["Ticket", "new_ticket", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPI
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
+TURNAROUND_CAP = 0.01  # the most one turnaround counts for in the average the workers read
 
 _OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
 
@@ -88,6 +89,7 @@ class Waiter:
         self.waited_seconds = 0.0
         self.observer: WaitObserver | None = None
         self._next_check = 0.0
+        self._ended = 0.0  # when the last wait ended
 
     def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
         """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended
@@ -96,14 +98,19 @@ class Waiter:
         if observer is not None:
             observer.wait_started()
         started = time.perf_counter()
+        # the parent's turnaround since the last wait, for the workers' spin (vecshm.worker.main);
+        # a long pause (a learner's update) counts as TURNAROUND_CAP, so its mark fades in a few steps
+        turnaround = self.buffers.turnaround
+        turnaround[0] = 0.8 * turnaround.item(0) + 0.2 * min(started - self._ended, TURNAROUND_CAP)
         result = ready(ticket)
         if result is None:  # (async batches often find finished workers: no wait to learn from)
             result, ticket = self._block(ticket, timeout, ready, on_death)
             waited = time.perf_counter() - started
             self.spinner.record(waited)
             self.waited_seconds += waited
+        self._ended = ended = time.perf_counter()
         if observer is not None:
-            observer.wait_ended(time.perf_counter() - started)
+            observer.wait_ended(ended - started)
         if started >= self._next_check:
             self._check(ticket, started)
         return result, ticket

@@ -114,6 +114,9 @@ class BufferSpec:
             ("obs_slot", (w,), np.dtype(np.int64)),
             ("prev_slot", (w,), np.dtype(np.int64)),  # the slot of the command before (a restart reads it)
             ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
+            # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
+            # average), which the workers' spin follows (vecshm.worker.main)
+            ("turnaround", (1,), np.dtype(np.float64)),
             ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("reward_code", (n,), np.dtype(np.int8)),  # the dtype each env's reward had (REWARD_DTYPES)
@@ -168,6 +171,7 @@ class Buffers:
         self.obs_slot = views["obs_slot"]
         self.prev_slot = views["prev_slot"]
         self.busy = views["busy"]
+        self.turnaround = views["turnaround"]
         self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
         self.reward_code = views["reward_code"]

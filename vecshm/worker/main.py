@@ -57,7 +57,8 @@ class WorkerSpec:
     done_bell: Doorbell | SocketDoorbell
     autoreset: AutoReset
     reward_codes: bool  # record each reward's dtype (see vecshm.shared.buffers.REWARD_DTYPES)
-    spin_seconds: float
+    spin_seconds: float  # the longest spin, while the parent's turnaround is short
+    loose_spin_seconds: float  # ... and after a longer one (see vecshm.parent.options.WORKER_SPIN_SECONDS)
     settings: dict[str, Any]
     parent_pid: int
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.shared.registry)
@@ -257,7 +258,7 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
         idle_since = time.perf_counter()
         if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.balance)
             busy[first] += idle_since - busy_since
-        pending = _wait_for_commands(spec, spinner, new_commands, parent)
+        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers.turnaround)
         if pending is None:
             return False
         busy_since = time.perf_counter()
@@ -300,10 +301,13 @@ def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]
 
 
 def _wait_for_commands(
-    spec: WorkerSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int
+    spec: WorkerSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, turnaround: np.ndarray
 ) -> list[int] | None:
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
-    once the parent is gone."""
+    once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget
+    while the parent's ``turnaround`` is within the loose one (a tight loop: the waits are the
+    other workers' steps and the parent's own work), and up to the loose one when the caller works
+    in between (a learner keeps its cores)."""
     pending = new_commands()
     if pending:
         return pending
@@ -312,7 +316,8 @@ def _wait_for_commands(
         pending.extend(new_commands())
         return bool(pending)
 
-    spinner.spin(found)
+    loose = spec.loose_spin_seconds
+    spinner.spin(found, None if turnaround.item(0) <= loose else loose)
     while not pending:
         if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
             return None

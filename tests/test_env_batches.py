@@ -431,3 +431,36 @@ def test_a_worker_dying_between_claiming_a_ring_unit_and_writing_it_is_restarted
             envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
     assert os.path.exists(marker) and flagged == {2, 3}
     envs.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls", [ShmVecEnv, ShmVectorEnv])
+def test_a_worker_killed_while_others_fill_every_batch_is_restarted_and_its_envs_come_back(cls, no_leaks):
+    """Under the restart policy, a dead worker is found by the periodic check even while the
+    other workers fill every async batch (without it, its envs would never be waited for); its
+    envs come back truncated, flagged, and stepping goes on."""
+    fns = [make_space_env("box_f32", big_info_every=0, max_steps=1000) for _ in range(6)]
+    kwargs = {} if cls is ShmVecEnv else {"autoreset_mode": AutoresetMode.SAME_STEP}
+    envs = cls(fns, batch_size=2, envs_per_worker=2, on_worker_failure="restart", **kwargs)
+    envs.async_reset()
+    env_ids = envs.recv()[-1]
+    flagged: set[int] = set()
+    victim = envs.processes[1].pid
+    os.kill(victim, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match=r"worker 1 \(envs 2-3\) was killed by SIGKILL.*restarting"):
+        for _ in range(2000):  # a bound, not a sleep: the other workers alone could fill every batch
+            envs.send(np.zeros(len(env_ids), dtype=np.int64), env_ids)
+            *_, terminated, truncated, infos, env_ids = envs.recv()
+            if cls is ShmVecEnv:
+                flags = [info.get("worker_restarted", False) for info in infos]
+            else:  # a lost episode's end says it in its final info, a redone reset (the kill may
+                # come while the async reset is in flight) in its own info
+                none = np.zeros(len(env_ids), bool)
+                flags = infos.get("_worker_restarted", none) | infos.get("final_info", {}).get(
+                    "_worker_restarted", none
+                )
+            flagged.update(env_ids[np.asarray(flags, dtype=bool)].tolist())
+            if flagged == {2, 3}:
+                break
+    assert flagged == {2, 3} and envs.processes[1].pid != victim
+    envs.close()

@@ -98,7 +98,7 @@ class Engine:
         ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
-        self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout, not options.restarts)
+        self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout)
         self.policy = failure_policy(options, plan, self.pool, self.waiter, self.reader, self.ring, self.send_resets)
 
     def check_usable(self) -> None:

@@ -72,17 +72,14 @@ OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
 class Waiter:
     """The parent's waits for one pool of workers (see the module's docstring).
 
-    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.balance`);
-    ``watch_deaths`` is False under the restart policy, where a death is handled only by a wait
-    that blocks (there the restarted envs' episodes end in order), not by the periodic check.
+    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.balance`).
     """
 
-    def __init__(self, pool: Any, spin_seconds: float, cores: int, timeout: float | None, watch_deaths: bool) -> None:
+    def __init__(self, pool: Any, spin_seconds: float, cores: int, timeout: float | None) -> None:
         self.pool = pool
         self.buffers = pool.buffers
         self.timeout = timeout
         self.cores = cores
-        self.watch_deaths = watch_deaths
         self.spinner = Spinner(spin_seconds)
         self.sentinels = {process.sentinel: p for p, process in enumerate(pool.processes)}  # -> process
         self.watch = DoneWatch(pool.transport, pool.done_bell, list(self.sentinels))
@@ -112,7 +109,7 @@ class Waiter:
         if observer is not None:
             observer.wait_ended(ended - started)
         if started >= self._next_check:
-            self._check(ticket, started)
+            self._check(ticket, started, on_death)
         return result, ticket
 
     def _block(
@@ -145,17 +142,18 @@ class Waiter:
                 pending = ticket.workers[self.buffers.done_seq[ticket.workers] != ticket.expected]
                 self.pool.raise_timeout(pending.tolist(), ticket.phase)
 
-    def _check(self, ticket: Ticket, now_perf: float) -> None:
-        """Every ``WORKER_CHECK_SECONDS``, look for a dead worker, or one of ``ticket``'s whose
-        command has run past the timeout, even though results keep coming.
+    def _check(self, ticket: Ticket, now_perf: float, on_death: OnDeath) -> None:
+        """Every ``WORKER_CHECK_SECONDS``, look for a dead worker (handed to ``on_death``: the
+        failure policy raises, or restarts it), or one of ``ticket``'s whose command has run past
+        the timeout, even though results keep coming.
 
         Async batches take whichever workers finish first: without this, the others could fill
         every batch while a dead or hung worker's envs silently drop out.
         """
         self._next_check = now_perf + WORKER_CHECK_SECONDS
-        if self.watch_deaths:
-            for fd in self.watch.wait(0):
-                self.pool.raise_died(self.sentinels[fd], ticket.phase)
+        for fd in self.watch.wait(0):
+            if fd in self.sentinels:  # (not a process an earlier one's restart already replaced)
+                on_death(self.sentinels[fd], ticket, None)
         if self.timeout is not None:
             b, workers = self.buffers, ticket.workers
             running = b.done_seq[workers] != b.cmd_seq[workers]

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.parent.delivery import host_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec, action_dtypes, scalar_rows_allowed
 from vecshm.shared.layout import Leaf, assemble, flatten
 
@@ -86,6 +87,8 @@ class ActionWriter:
         fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
         command, or None. Nothing is written when the check fails."""
         count = self.spec.num_envs if env_ids is None else len(env_ids)
+        if not isinstance(actions, np.ndarray):
+            actions = host_arrays(actions)  # torch tensors, on any device
         if not self.structured and _is_scalar(actions):
             raise TypeError(
                 f"Unable to iterate over the following elements: {actions!r}. A vector env takes one action "

@@ -17,9 +17,11 @@ import numpy as np
 
 from vecshm.parent.balance import CoreBalance
 from vecshm.parent.batching import AsyncBatches
+from vecshm.parent.delivery import NUMPY, NumpyOutputs, build_outputs, output_device
 from vecshm.parent.engine import Engine
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
+from vecshm.parent.start_methods import default_start_method
 from vecshm.parent.waiting import Ticket, WaitObserver
 from vecshm.shared.buffers import Buffers
 
@@ -47,19 +49,49 @@ class EngineFacade:
     _batches: AsyncBatches
     _last_batch: np.ndarray | None
     _ticket: Ticket | None = None  # the whole-batch command pending between a *_async and its *_wait
+    _outputs: NumpyOutputs = NUMPY  # numpy arrays, or torch tensors (``device=``; vecshm.parent.delivery)
+    _registration: Any = None  # the segment registered with CUDA (``pin_memory=True``; vecshm.parent.cuda)
 
-    def _start_engine(self, env_fns: Sequence[Callable[[], Any]], batch_size: int | None, **options: Any) -> None:
-        """Start the workers (``options`` are :class:`~vecshm.parent.options.EngineOptions`) and the async
-        batches of ``batch_size`` envs; nothing is left running if either fails."""
+    def _start_engine(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        batch_size: int | None,
+        device: Any = None,
+        pin_memory: bool | None = None,
+        **options: Any,
+    ) -> None:
+        """Start the workers (``options`` are :class:`~vecshm.parent.options.EngineOptions`), the async
+        batches of ``batch_size`` envs, and the outputs for ``device`` (the segment registered with
+        CUDA for ``pin_memory``); nothing is left running if any fails."""
         # the plan sizes its commands for the batches (see vecshm.parent.plan); AsyncBatches checks the size
         batch = int(batch_size) if isinstance(batch_size, (int, np.integer)) else None
-        self._engine = Engine(env_fns, EngineOptions(async_batch=batch, **options))
+        engine_options = EngineOptions(async_batch=batch, **options)
+        start_method = engine_options.start_method or default_start_method()
+        target, pin = output_device(device, pin_memory, start_method, engine_options.restarts)
+        self._engine = Engine(env_fns, engine_options)
         self._last_batch = None
         try:
             self._batches = AsyncBatches(self._engine, batch_size)
+            # after the workers started: none may inherit CUDA
+            self._outputs, self._registration = build_outputs(target, pin, self._engine.buffers.mapping)
         except BaseException:
             self._engine.close()
             raise
+
+    def _close_engine(self) -> None:
+        """Finish the copies in flight, unregister the segment, then close the engine (in that order:
+        a registration must be undone while its memory is still mapped)."""
+        try:
+            self._outputs.close()
+        finally:
+            if self._registration is not None:
+                self._registration.close()
+            self._engine.close()
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether the segment is page-locked and registered with CUDA (``pin_memory``)."""
+        return self._registration is not None
 
     @property
     def processes(self) -> list[Any]:

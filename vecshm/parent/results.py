@@ -123,12 +123,20 @@ class ResultReader:
         """Observations of ``env_ids`` (None: every env) from ``fixed`` (leaves lent with the
         batch), else copied out of slot 0 (``copy``) or as views of it that the next command
         overwrites. Dynamic leaves are unpickled and batched by ``batch_dynamic``."""
-        if fixed is None:
-            arrays = self.buffers.obs_slots[0]
-            if env_ids is not None:
-                fixed = [a[env_ids] for a in arrays]
-            else:
-                fixed = [a.copy() for a in arrays] if copy else arrays
+        return self.assembled(env_ids, self.fixed_leaves(env_ids, copy, fixed), piped)
+
+    def fixed_leaves(self, env_ids: np.ndarray | None, copy: bool, fixed: list[np.ndarray] | None) -> list[Any]:
+        """The fixed leaves of :meth:`observations`, one array each (``fixed`` when lent)."""
+        if fixed is not None:
+            return fixed
+        arrays = self.buffers.obs_slots[0]
+        if env_ids is not None:
+            return [a[env_ids] for a in arrays]
+        return [a.copy() for a in arrays] if copy else arrays
+
+    def assembled(self, env_ids: np.ndarray | None, fixed: list[Any], piped: Mapping) -> Any:
+        """The observations of ``env_ids`` with ``fixed`` as their fixed leaves (arrays, or tensors
+        made from them), the dynamic ones unpickled and batched by ``batch_dynamic``."""
         if self.one_array:
             return fixed[0]
         if not self.spec.obs_dynamic:
@@ -235,6 +243,20 @@ class Batch:
         """The batch's observations: the lent leaves it came with, else read from slot 0 (``copy``:
         copied out; else views the next command overwrites)."""
         return self._reader.observations(self.env_ids, copy, self._fixed, self._extras.piped)
+
+    @property
+    def lent(self) -> bool:
+        """Whether the observations' fixed leaves are lent with the batch (they own their slot or
+        ring units), rather than read from slot 0."""
+        return self._fixed is not None
+
+    def fixed_leaves(self, copy: bool = True) -> list[Any]:
+        """The observations' fixed leaves, one array each, as :meth:`observations` would use them."""
+        return self._reader.fixed_leaves(self.env_ids, copy, self._fixed)
+
+    def assembled(self, fixed: list[Any]) -> Any:
+        """The observations with ``fixed`` (arrays or tensors, one per fixed leaf) as their fixed leaves."""
+        return self._reader.assembled(self.env_ids, fixed, self._extras.piped)
 
     def infos(self, env_ids: Sequence[int] | None = None, kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` (default: the batch's envs); ``kind="final"``: of the

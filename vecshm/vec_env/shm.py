@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.calls import call, call_pickled
+from vecshm.parent.delivery import NUMPY, NumpyOutputs
 from vecshm.parent.facade import EngineFacade
 from vecshm.parent.options import DEFAULT_INFO_BYTES
 from vecshm.parent.results import Batch
@@ -54,6 +55,12 @@ class ShmVecEnv(EngineFacade, VecEnv):
         their factories; their episodes end as truncated (``TimeLimit.truncated``, ``worker_restarted``)
     :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
         any number of envs up to ``num_envs``
+    :param device: None (numpy, default), ``"cpu"`` or ``"cuda[:N]"``: ``recv()`` returns observations,
+        rewards and flags as torch tensors there (``step`` and ``reset`` stay numpy, as SB3 expects;
+        docs/gpu.md)
+    :param pin_memory: page-lock the shared segment and register it with CUDA, so that copies of
+        observations to a GPU (SB3's ``obs_as_tensor``, ``.to("cuda")``) run by DMA; default: with a
+        CUDA ``device``
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -79,6 +86,8 @@ class ShmVecEnv(EngineFacade, VecEnv):
         limit_threads: bool = True,
         batch_size: int | None = None,
         on_worker_failure: str = "raise",
+        device: Any = None,
+        pin_memory: bool | None = None,
     ) -> None:
         self.waiting = False
         self.closed = True  # until the engine is up: close() must not touch a half-built object
@@ -99,6 +108,8 @@ class ShmVecEnv(EngineFacade, VecEnv):
             limit_threads=limit_threads,
             on_worker_failure=on_worker_failure,
             batch_dynamic=stack_dynamic,
+            device=device,
+            pin_memory=pin_memory,
         )
         self.closed = False
         self.copy = copy
@@ -127,11 +138,11 @@ class ShmVecEnv(EngineFacade, VecEnv):
         finally:
             self.waiting = False
             self._ticket = None
-        obs, rewards, terminated, truncated, infos = self._results(batch)
+        obs, rewards, terminated, truncated, infos = self._results(batch, NUMPY)
         return obs, rewards, terminated | truncated, infos
 
-    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list]:
-        """SB3-shaped results of ``batch``.
+    def _results(self, batch: Batch, outputs: NumpyOutputs) -> tuple[Any, Any, Any, Any, list]:
+        """SB3-shaped results of ``batch``, observations, rewards and flags as ``outputs`` gives them.
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
         env's next reset, as in SB3's DummyVecEnv.
@@ -154,7 +165,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
             for k, i in enumerate(ids):
                 if i in batch.restarted:
                     infos[k]["worker_restarted"] = True
-        return batch.observations(self.copy), batch.stacked_rewards(), terminated, truncated, infos
+        return (*outputs.step(batch, batch.stacked_rewards(), self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -175,9 +186,10 @@ class ShmVecEnv(EngineFacade, VecEnv):
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
         self._engine.check_usable()
+        self._outputs.before_batch()
         batch = self._batches.recv()
         self._last_batch = batch.env_ids
-        obs, rewards, terminated, truncated, infos = self._results(batch)
+        obs, rewards, terminated, truncated, infos = self._results(batch, self._outputs)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:
@@ -207,7 +219,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
             return
         self.closed = True
         self.waiting = False
-        self._engine.close()
+        self._close_engine()
 
     def __repr__(self) -> str:
         engine = getattr(self, "_engine", None)

@@ -89,6 +89,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         batch_size: int | None = None,
         reset_ahead: bool = False,
         on_worker_failure: str = "raise",
+        device: Any = None,
+        pin_memory: bool | None = None,
     ) -> None:
         self.closed = True  # until the engine is up
         self.env_fns = env_fns
@@ -121,8 +123,13 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             batch_dynamic=tuple_of_values,
             max_workers=max_concurrency,
             on_worker_failure=on_worker_failure,
+            device=device,
+            pin_memory=pin_memory,
         )
         self.closed = False
+        self.device = device
+        # whole batches come lent from a slot for copies (``copy``) and for copies to a device
+        self._lend = copy or self._outputs.lends
         self._state = _State.DEFAULT
         self.num_envs = self._engine.num_envs
         self._all = list(range(self.num_envs))
@@ -167,14 +174,14 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
-        self._ticket = self._engine.send_resets(requests, self._whole_slot(self.copy))
+        self._ticket = self._engine.send_resets(requests, self._whole_slot(self._lend))
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         batch = self._wait_pending(_State.WAITING_RESET, "reset_wait", "reset_async", timeout)
         # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
         chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
-        return batch.observations(self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
+        return self._outputs.observations(batch, self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -191,7 +198,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._expect_state(_State.DEFAULT, "step_async")
         if self._batches.has_staged:
             self._batches.forget_staged()
-        self._ticket = self._engine.send_step(actions, self.copy)
+        self._ticket = self._engine.send_step(actions, self._lend)
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
@@ -209,8 +216,8 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         finally:
             self._state = _State.DEFAULT
 
-    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Gymnasium-shaped results of ``batch``."""
+    def _results(self, batch: Batch) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Gymnasium-shaped results of ``batch`` (numpy, or torch tensors for a ``device``; infos stay numpy)."""
         ids = batch.ids
         finals: dict[int, dict[str, Any]] = {}
         restarted = batch.restarted  # envs whose episode a worker restart cut short: their info says so
@@ -235,7 +242,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             whole = batch.env_ids is None
             id_array = self._all_ids if whole else batch.env_ids
             infos = vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
-        return batch.observations(self.copy), batch.rewards, batch.terminated, batch.truncated, infos
+        return (*self._outputs.step(batch, batch.rewards, self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -256,6 +263,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
+            self._outputs.before_batch()
             batch = self._batches.recv(timeout)
             self._last_batch = batch.env_ids
         except WorkerError as error:
@@ -332,7 +340,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             except Exception:  # a failed or timed-out call: the workers are shut down below anyway
                 pass
         self._state = _State.DEFAULT
-        self._engine.close()
+        self._close_engine()
 
     def __enter__(self) -> ShmVectorEnv:
         return self

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from vecshm.bench.device import cuda_unavailable, device_systems
 from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
 from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-floor", action="store_true", help="skip the memcpy and round-trip floor figures")
     parser.add_argument("-o", "--output", default="bench-results", help="directory for results.{md,json,png}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="measure the hand-off too: every row ends each step with its observations on this torch "
+        "device, e.g. cuda (vecshm.bench.device; prints a skip line where it is missing)",
+    )
     return parser
 
 
@@ -78,7 +85,16 @@ def floor_figures(frame_bytes: int) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    systems = get_systems(args.systems)
+    if args.device is not None:
+        reason = cuda_unavailable(args.device)
+        if reason:
+            print(f"skipping --device {args.device}: {reason}")
+            return 0
+        systems = get_systems(args.systems, device_systems(args.device))
+        args.no_ideal = True  # the ideal has no copy to a device: not a bound here
+        print(f"--device {args.device}: every row ends each step with its observations on {args.device}")
+    else:
+        systems = get_systems(args.systems)
     update, stop = _progress(args.quiet)
     cases: list[Case] = []
     info = machine_info()

@@ -212,17 +212,20 @@ SYSTEMS: dict[str, System] = {
 BASELINE = "SB3 SubprocVecEnv"
 
 
-def get_systems(names: list[str] | None) -> list[System]:
+def get_systems(names: list[str] | None, table: dict[str, System] | None = None) -> list[System]:
+    """The systems ``names`` choose from ``table`` (default: the host benchmark's): None, the defaults;
+    ``["all"]``, every one; else exact names or substrings."""
+    table = SYSTEMS if table is None else table
     if not names:
-        return [s for s in SYSTEMS.values() if s.default]
+        return [s for s in table.values() if s.default]
     if names == ["all"]:
-        return list(SYSTEMS.values())
+        return list(table.values())
     chosen = []
     for name in names:
-        matches = [s for key, s in SYSTEMS.items() if key == name] or [
-            s for key, s in SYSTEMS.items() if name.lower() in key.lower()
+        matches = [s for key, s in table.items() if key == name] or [
+            s for key, s in table.items() if name.lower() in key.lower()
         ]
         if not matches:
-            raise ValueError(f"unknown system {name!r}; choose from: {', '.join(SYSTEMS)}")
+            raise ValueError(f"unknown system {name!r}; choose from: {', '.join(table)}")
         chosen += [m for m in matches if m not in chosen]
     return chosen

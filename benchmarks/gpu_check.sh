@@ -18,6 +18,12 @@ stages=("$@")
     python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 } > "$out/context.txt" 2>&1
 bench=(python3 -m vecshm.bench --device cuda --no-floor -q)
+# Pong's rows: 64 ALE envs per system are slow to build, so not every host row of the frames runs
+pong_rows=("SB3 SubprocVecEnv" "EnvPool" "EnvPool async (batch n/2)" "vecshm ShmVectorEnv + .to(cuda)"
+           "vecshm ShmVectorEnv pin_memory + .to(cuda)" "vecshm ShmVectorEnv device=cuda"
+           "vecshm ShmVectorEnv pin_memory + NumpyToTorch" "vecshm ShmVectorEnv async (batch n/2) + .to(cuda)"
+           "vecshm ShmVectorEnv async (batch n/2) pin_memory + .to(cuda)"
+           "vecshm ShmVectorEnv async (batch n/2) device=cuda")
 for stage in "${stages[@]}"; do
     start=$(date +%s)
     case "$stage" in
@@ -27,9 +33,11 @@ for stage in "${stages[@]}"; do
     frames)  # step + to GPU at 16 and 64 zero-compute frames envs
         timeout 150 "${bench[@]}" -w frames -n 16 64 -r 2 --seconds 1 -o "$out/frames" > "$out/frames.txt" 2>&1 ;;
     pong)
-        timeout 150 "${bench[@]}" -w pong -n 64 -r 2 --seconds 1 -o "$out/pong" > "$out/pong.txt" 2>&1 ;;
+        timeout 200 "${bench[@]}" -w pong -n 64 -r 2 --seconds 1 -s "${pong_rows[@]}" -o "$out/pong" \
+            > "$out/pong.txt" 2>&1 ;;
     pong16)
-        timeout 100 "${bench[@]}" -w pong -n 16 -r 2 --seconds 1 -o "$out/pong16" > "$out/pong16.txt" 2>&1 ;;
+        timeout 100 "${bench[@]}" -w pong -n 16 -r 2 --seconds 1 -s "${pong_rows[@]}" -o "$out/pong16" \
+            > "$out/pong16.txt" 2>&1 ;;
     acting)  # the acting loop at 64 envs, batch 32, raw Pong frames: vecshm device=cuda against EnvPool async
         timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 \
             > "$out/acting.txt" 2>&1 ;;

@@ -40,7 +40,10 @@ for stage in "${stages[@]}"; do
             > "$out/pong16.txt" 2>&1 ;;
     acting)  # the acting loop at 64 envs, batch 32, raw Pong frames: vecshm device=cuda against EnvPool async
         timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 \
-            > "$out/acting.txt" 2>&1 ;;
+            > "$out/acting.txt" 2>&1
+        # pipelined (the next batch received while the GPU works), with four batches out
+        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 16 --seconds 5 --rounds 2 --pipeline \
+            > "$out/acting_pipelined.txt" 2>&1 ;;
     ppo)  # CleanRL-style PPO on async batches, both backends
         timeout 120 python3 examples/cleanrl_ppo_atari.py --n-envs 64 --batch 32 --total-timesteps 60000 \
             > "$out/ppo.txt" 2>&1 ;;

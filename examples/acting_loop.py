@@ -5,9 +5,10 @@
 Each round takes the first ``--batch`` envs to finish, runs a NatureCNN on their 210x160x3 frames,
 samples actions and sends them back: what an IMPALA- or APPO-style actor does. vecshm returns
 ``device=`` tensors (copied without blocking from its page-locked segment); EnvPool's arrays are
-copied as its users do, ``torch.as_tensor(obs).to(device)``. Both loops are pipelined the same way:
-while the GPU computes one batch's actions, the next batch is received, so the policy's work overlaps
-the envs' (``--no-pipeline`` to compare). Prints env-steps/s per backend, alternating them.
+copied as its users do, ``torch.as_tensor(obs).to(device)``. ``--pipeline`` receives the next batch
+while the GPU computes this one's actions (worth it with three or more batches out: with two, as at
+batch n/2, a receive must then wait for every env in flight). Prints env-steps/s per backend,
+alternating them.
 
 Needs torch and the ``atari`` extra; EnvPool where installed (``--backend vecshm`` without it).
 """
@@ -162,7 +163,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternated rounds per backend")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backend", nargs="+", default=["vecshm", "envpool"], choices=list(BACKENDS))
-    parser.add_argument("--no-pipeline", dest="pipeline", action="store_false")
+    parser.add_argument("--pipeline", action="store_true", help="receive the next batch before sending actions")
     args = parser.parse_args()
     if args.batch * 2 > args.n_envs and args.pipeline:
         parser.error("a pipelined loop needs --batch <= --n-envs / 2 (two batches are out at once)")

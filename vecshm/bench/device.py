@@ -108,7 +108,7 @@ def device_systems(device: str) -> dict[str, System]:
         System(f"vecshm ShmVecEnv pin_memory {to}", _copied(_vecshm_sb3(pin_memory=True), device)),
         System(f"vecshm ShmVectorEnv {to}", _copied(shm_vector(), device)),
         System(f"vecshm ShmVectorEnv pin_memory {to}", _copied(shm_vector(pin_memory=True), device)),
-        System("vecshm ShmVectorEnv pin_memory + NumpyToTorch", _numpy_to_torch(device)),
+        System("vecshm ShmVectorEnv pin_memory + NumpyToTorch", _numpy_to_torch(device), ("array_api_compat",)),
         System(f"vecshm ShmVectorEnv device={device}", shm_vector(device=device)),
         System(f"vecshm ShmVectorEnv async (batch n/2) {to}", _copied(shm_async(), device)),
         System(f"vecshm ShmVectorEnv async (batch n/2) pin_memory {to}", _copied(shm_async(pin_memory=True), device)),

@@ -28,7 +28,7 @@ for stage in "${stages[@]}"; do
     start=$(date +%s)
     case "$stage" in
     tests)  # the CUDA tests, and the CPU half beside them
-        timeout 200 python3 -m pytest tests/test_cuda.py tests/test_device.py -q -p no:cacheprovider \
+        timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider \
             > "$out/tests.txt" 2>&1 ;;
     frames)  # step + to GPU at 16 and 64 zero-compute frames envs
         timeout 150 "${bench[@]}" -w frames -n 16 64 -r 2 --seconds 1 -o "$out/frames" > "$out/frames.txt" 2>&1 ;;
@@ -39,10 +39,10 @@ for stage in "${stages[@]}"; do
         timeout 100 "${bench[@]}" -w pong -n 16 -r 2 --seconds 1 -s "${pong_rows[@]}" -o "$out/pong16" \
             > "$out/pong16.txt" 2>&1 ;;
     acting)  # the acting loop at 64 envs, batch 32, raw Pong frames: vecshm device=cuda against EnvPool async
-        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 \
+        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 --profile \
             > "$out/acting.txt" 2>&1
         # pipelined (the next batch received while the GPU works), with four batches out
-        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 16 --seconds 5 --rounds 2 --pipeline \
+        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 16 --seconds 5 --rounds 2 --pipeline --profile \
             > "$out/acting_pipelined.txt" 2>&1 ;;
     ppo)  # CleanRL-style PPO on async batches, both backends
         timeout 120 python3 examples/cleanrl_ppo_atari.py --n-envs 64 --batch 32 --total-timesteps 60000 \

@@ -134,22 +134,41 @@ def run(backend: str, policy: nn.Module, args: argparse.Namespace) -> float:
         obs, ids = envs.recv()
         actions = act(policy, obs)
         batches = 0
+        spent = np.zeros(4)  # seconds per batch: actions to the host (waits for the GPU), send, receive, policy
         while True:
+            t0 = time.perf_counter()
             if args.pipeline:  # the next batch arrives while the GPU works on this one's actions
                 next_obs, next_ids = envs.recv()
-                envs.send(actions.cpu().numpy(), ids)
+                t1 = time.perf_counter()
+                host = actions.cpu().numpy()
+                t2 = time.perf_counter()
+                envs.send(host, ids)
                 obs, ids = next_obs, next_ids
+                t3 = time.perf_counter()
+                parts = (t2 - t1, t3 - t2, t1 - t0)
             else:
-                envs.send(actions.cpu().numpy(), ids)
+                host = actions.cpu().numpy()
+                t1 = time.perf_counter()
+                envs.send(host, ids)
+                t2 = time.perf_counter()
                 obs, ids = envs.recv()
+                t3 = time.perf_counter()
+                parts = (t1 - t0, t2 - t1, t3 - t2)
             actions = act(policy, obs)
             batches += 1
             if batches == warmup:
                 start = time.perf_counter()
             elif start is not None:
+                spent += (*parts, time.perf_counter() - t3)
                 steps += len(ids)
                 if time.perf_counter() - start >= args.seconds:
-                    return steps / (time.perf_counter() - start)
+                    elapsed = time.perf_counter() - start
+                    if args.profile:
+                        us = spent / (batches - warmup) * 1e6
+                        print(f"  {backend}, us per batch: actions to host {us[0]:.0f}, send {us[1]:.0f}, "
+                              f"receive {us[2]:.0f}, policy launch {us[3]:.0f}, "
+                              f"in all {elapsed / (batches - warmup) * 1e6:.0f}")  # fmt: skip
+                    return steps / elapsed
     finally:
         envs.close()
 
@@ -164,6 +183,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backend", nargs="+", default=["vecshm", "envpool"], choices=list(BACKENDS))
     parser.add_argument("--pipeline", action="store_true", help="receive the next batch before sending actions")
+    parser.add_argument("--profile", action="store_true", help="print where each batch's time goes")
     args = parser.parse_args()
     if args.batch * 2 > args.n_envs and args.pipeline:
         parser.error("a pipelined loop needs --batch <= --n-envs / 2 (two batches are out at once)")

@@ -140,3 +140,29 @@ def test_the_device_s_opencv_stand_in_warps_atari_frames_as_opencv_does():
     reference = cv2.resize(gray, (84, 84), interpolation=cv2.INTER_AREA)
     assert warped.shape == reference.shape and warped.dtype == reference.dtype
     assert np.mean(np.abs(warped.astype(int) - reference)) < 2.0
+
+
+def test_device_rows_copy_to_the_device_and_a_missing_cuda_prints_a_skip_line(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        assert main(["--device", "cuda", "-o", str(tmp_path / "cuda"), "-q"]) == 0
+        assert capsys.readouterr().out.startswith("skipping --device cuda: torch.cuda.is_available() is False")
+        assert not (tmp_path / "cuda").exists()
+    argv = ["--device", "cpu", "-w", "vector", "-n", "2", "-r", "1", "--seconds", "0.05", "--no-floor"]
+    assert main([*argv, "-s", "SubprocVecEnv", "vecshm ShmVectorEnv device=cpu", "-o", str(tmp_path), "-q"]) == 0
+    case = json.loads((tmp_path / "results.json").read_text())["cases"][0]
+    assert set(case["rounds"]) == {"SB3 SubprocVecEnv", "vecshm ShmVectorEnv device=cpu"}
+
+
+def test_a_system_that_fails_to_start_is_reported_and_the_others_are_measured(tmp_path, monkeypatch):
+    from vecshm.bench import systems
+
+    def broken(workload, n_envs):
+        raise RuntimeError("this system cannot start here")
+
+    monkeypatch.setitem(systems.SYSTEMS, "broken system", systems.System("broken system", broken))
+    argv = ["-w", "vector", "-n", "2", "-r", "1", "--seconds", "0.05", "--no-floor", "-q", "-o", str(tmp_path)]
+    assert main([*argv, "-s", "broken system", "vecshm ShmVecEnv"]) == 0
+    case = json.loads((tmp_path / "results.json").read_text())["cases"][0]
+    assert case["skipped"]["broken system"] == "failed: RuntimeError: this system cannot start here"
+    assert len(case["rounds"]["vecshm ShmVecEnv"]) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import weakref
 
 import numpy as np
 import pytest
@@ -251,3 +252,47 @@ def test_is_vecenv_wrapped_with_vecshm_s_class_finds_the_transpose_sb3_added():
         assert not is_vecenv_wrapped(model.get_env(), VecFrameStack)
     finally:
         venv.close()
+
+
+class PinnedDummyVecEnv(DummyVecEnv):
+    """A vec env that says it is pinned (``pin_memory=True`` needs CUDA; the arrays' page-locking
+    itself is ``tests/test_cuda.py``'s): the wrappers above take their pooled path."""
+
+    pin_memory = True
+
+
+@pytest.mark.parametrize(
+    "name", ["frame_stack_image", "frame_stack_dict", "transpose", "transpose_dict", "stack_of_three"]
+)
+def test_wrappers_above_a_pinned_vec_env_write_pooled_arrays_with_sb3_s_outputs(name, monkeypatch):
+    sb3_vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
+    import vecshm
+    from vecshm.wrappers import pinned
+
+    made = []  # weak references: the pool reuses an array only once nothing else refers to it
+
+    def page_locked(shape, dtype):
+        array = np.empty(shape, dtype)
+        made.append(weakref.ref(array))
+        return array
+
+    monkeypatch.setattr(pinned, "page_locked", page_locked)
+    obs_key, wrap = WRAPPERS[name]
+    fns = [make_space_env(obs_key, big_info_every=0, tag=i) for i in range(3)]
+    ours = wrap(vecshm, PinnedDummyVecEnv(fns))
+    theirs = wrap(sb3_vec_env, sb3_vec_env.DummyVecEnv(fns))
+    try:
+        lockstep(ours, theirs, steps=40)  # bit for bit, and held arrays never rewritten (below)
+        held = ours.step(np.zeros(3, dtype=np.int64))[0]
+        kept = {k: v.copy() for k, v in held.items()} if isinstance(held, dict) else held.copy()
+        for _ in range(10):
+            later = ours.step(np.zeros(3, dtype=np.int64))[0]
+        assert_tree_equal(held, kept, "an array the caller holds")
+        for array in later.values() if isinstance(later, dict) else [later]:
+            if name != "stack_of_three" and array.ndim == 4:  # (VecNormalize makes its own; vectors pass)
+                assert any(array is m() for m in made)  # from the pool
+                assert array.flags.c_contiguous
+        assert len(made) <= 2 * pinned.POOL_SIZE  # reused, not allocated per step
+    finally:
+        ours.close()
+        theirs.close()

@@ -8,6 +8,7 @@ from gymnasium import spaces
 
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
+from vecshm.wrappers.pinned import below_is_pinned
 from vecshm.wrappers.stacked_observations import StackedObservations
 
 __all__ = ["VecFrameStack"]
@@ -28,7 +29,9 @@ class VecFrameStack(VecEnvWrapper):
             raise InvalidArgumentError(
                 f"VecFrameStack only works with Box and Dict observation spaces, not {venv.observation_space}"
             )
-        self.stacked_obs = StackedObservations(venv.num_envs, n_stack, venv.observation_space, channels_order)
+        self.stacked_obs = StackedObservations(
+            venv.num_envs, n_stack, venv.observation_space, channels_order, pinned=below_is_pinned(venv)
+        )
         super().__init__(venv, observation_space=self.stacked_obs.stacked_observation_space)
 
     def step_wait(self) -> VecEnvStepReturn:

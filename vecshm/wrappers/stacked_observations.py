@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
+from vecshm.wrappers.pinned import PinnedArrays
 
 __all__ = ["StackedObservations"]
 
@@ -22,7 +23,8 @@ class StackedObservations(Generic[TObs]):
 
     Channels first or last is detected for image spaces (or set with ``channels_order``; per key
     for Dict spaces). Each update writes one new stacked array (shifted copy plus the new frame),
-    so arrays handed out earlier are never modified.
+    so arrays handed out earlier are never modified; with ``pinned`` (the vec env below has
+    ``pin_memory``) those arrays are page-locked, from a pool that reuses only unreferenced ones.
     """
 
     def __init__(
@@ -31,6 +33,8 @@ class StackedObservations(Generic[TObs]):
         n_stack: int,
         observation_space: spaces.Box | spaces.Dict,
         channels_order: str | Mapping[str, str | None] | None = None,
+        *,
+        pinned: bool = False,
     ) -> None:
         if not isinstance(n_stack, (int, np.integer)) or n_stack < 1:
             raise InvalidArgumentError(f"n_stack must be a positive integer, got {n_stack!r}")
@@ -45,7 +49,7 @@ class StackedObservations(Generic[TObs]):
                     f"channels_order names keys {sorted(unknown)} that the Dict space does not have"
                 )
             self.sub_stacked_observations = {
-                key: StackedObservations(num_envs, n_stack, subspace, channels_order.get(key))
+                key: StackedObservations(num_envs, n_stack, subspace, channels_order.get(key), pinned=pinned)
                 for key, subspace in observation_space.spaces.items()
             }
             self.stacked_observation_space: spaces.Space = spaces.Dict(
@@ -61,6 +65,8 @@ class StackedObservations(Generic[TObs]):
             high = np.repeat(observation_space.high, n_stack, axis=self.repeat_axis)
             self.stacked_observation_space = spaces.Box(low=low, high=high, dtype=observation_space.dtype)
             self.stacked_obs = np.zeros((num_envs, *self.stacked_shape), dtype=observation_space.dtype)
+            # page-locked stacks (``pinned``: the vec env below has pin_memory), for the copy to the GPU
+            self._pinned = PinnedArrays(self.stacked_obs.shape, self.stacked_obs.dtype) if pinned else None
         else:
             raise TypeError(
                 f"StackedObservations only supports Box and Dict as observation spaces. "
@@ -94,7 +100,11 @@ class StackedObservations(Generic[TObs]):
         """Clear the stacks and put the reset observation in the newest slot."""
         if isinstance(observation, dict):
             return {key: self.sub_stacked_observations[key].reset(obs) for key, obs in observation.items()}  # type: ignore[return-value]
-        self.stacked_obs = np.zeros_like(self.stacked_obs)
+        if self._pinned is None:
+            self.stacked_obs = np.zeros_like(self.stacked_obs)
+        else:
+            self.stacked_obs = self._pinned.take()
+            self.stacked_obs[...] = 0
         self._newest(self.stacked_obs, observation.shape[self.stack_dimension])[...] = observation
         return self.stacked_obs  # type: ignore[return-value]
 
@@ -106,7 +116,7 @@ class StackedObservations(Generic[TObs]):
             return self._update_dict(observations, dones, infos)  # type: ignore[return-value]
         width = observations.shape[self.stack_dimension]
         old = self.stacked_obs
-        new = np.empty_like(old)
+        new = np.empty_like(old) if self._pinned is None else self._pinned.take()
         if self.channels_first:
             new[:, :-width, ...] = old[:, width:, ...]
         else:

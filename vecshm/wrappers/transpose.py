@@ -11,6 +11,7 @@ from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
+from vecshm.wrappers.pinned import PinnedArrays, below_is_pinned
 
 __all__ = ["VecTransposeImage"]
 
@@ -38,6 +39,8 @@ class VecTransposeImage(VecEnvObservationWrapper):
         else:
             observation_space = self.transpose_space(venv.observation_space)
         super().__init__(venv, observation_space=observation_space)
+        # above a pinned vec env (pin_memory=True): batches transposed into page-locked arrays
+        self._pinned: dict[str, PinnedArrays] | None = {} if below_is_pinned(venv) else None
 
     @staticmethod
     def transpose_space(observation_space: spaces.Box, key: str = "") -> spaces.Box:
@@ -61,8 +64,21 @@ class VecTransposeImage(VecEnvObservationWrapper):
         if isinstance(observations, dict):
             observations = deepcopy(observations)
             for key in self.image_space_keys:
-                observations[key] = self.transpose_image(observations[key])
+                observations[key] = self._transposed(observations[key], key)
             return observations
-        return self.transpose_image(observations)
+        return self._transposed(observations, "")
+
+    def _transposed(self, image: np.ndarray, key: str) -> np.ndarray:
+        """``transpose_image``: a view, or above a pinned vec env a batch copied into page-locked memory
+        (a view's copy to the GPU would first make it contiguous in ordinary memory)."""
+        view = self.transpose_image(image)
+        if self._pinned is None or view.ndim != 4 or view.shape[0] != self.num_envs:
+            return view
+        pool = self._pinned.get(key)
+        if pool is None or pool.shape != view.shape or pool.dtype != view.dtype:
+            pool = self._pinned[key] = PinnedArrays(view.shape, view.dtype)
+        out = pool.take()
+        np.copyto(out, view)
+        return out
 
     observation = transpose_observations

@@ -98,6 +98,7 @@ bench-full: install  ## every workload (Atari included), n_envs sweep, plot in b
 
 bench-train: install  ## end to end: SB3 PPO on Pong with vec_env_cls swapped (learner on the GPU if there is one)
 	$(BIN)/python -m vecshm.bench.train
+	$(BIN)/python -m vecshm.bench.train --env ALE/Pong-v5 --raw-frames -o bench-results/raw
 
 bench-ray: install  ## the cost of the Ray hop: RayVecEnv (one actor) against ShmVecEnv, same envs, one run
 	$(BIN)/python -m vecshm.bench -w frames vector pong -s "vecshm ShmVecEnv" "RayVecEnv" "SB3 SubprocVecEnv" -o bench-results/ray

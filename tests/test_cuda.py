@@ -215,3 +215,16 @@ def test_workers_and_the_segment_are_gone_when_a_parent_using_cuda_is_killed() -
     parent.wait()
     assert wait_gone(workers, 20) == []
     assert shm_entries_left(before) == set()
+
+
+def test_sb3_s_pixel_wrappers_above_a_pinned_vec_env_hand_out_page_locked_batches() -> None:
+    from vecshm import VecFrameStack, VecTransposeImage
+
+    venv = VecFrameStack(VecTransposeImage(ShmVecEnv(frames(2), pin_memory=True, start_method=CONTEXT)), 4)
+    try:
+        obs = venv.reset()
+        for _ in range(3):
+            obs, *_ = venv.step(np.zeros(2, dtype=np.int64))
+        assert obs.shape == (2, 12, 210, 160) and torch.from_numpy(obs).is_pinned()
+    finally:
+        venv.close()

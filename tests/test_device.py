@@ -260,10 +260,10 @@ class SlowStream:
         self.buffers.append(np.empty(nbytes, np.uint8))
         return self.buffers[-1]
 
-    def copy(self, source: np.ndarray) -> FakeCopy:
-        c = FakeCopy(source)
-        self.unrecorded.append(c)
-        return c
+    def copy(self, sources: list[np.ndarray]) -> list[FakeCopy]:
+        copies = [FakeCopy(source) for source in sources]
+        self.unrecorded.extend(copies)
+        return copies
 
     def split(self, whole: FakeCopy, layout: list) -> list[FakePiece]:
         return [FakePiece(whole, *piece) for piece in layout]
@@ -358,7 +358,7 @@ def test_closing_waits_for_every_copy_in_flight() -> None:
     guard = CopyGuard()
     stream = SlowStream()
     source = np.arange(3)
-    copies = [stream.copy(source) for _ in range(2)]
+    copies = stream.copy([source, source])
     guard.hold(stream.record(), [], None)
     guard.close()
     assert all(c.data is not None for c in copies) and guard.in_flight == 0

@@ -60,7 +60,7 @@ class CopyStream(Protocol):
 
     def host_buffer(self, nbytes: int) -> np.ndarray: ...
 
-    def copy(self, source: np.ndarray) -> Any: ...
+    def copy(self, sources: list[np.ndarray]) -> list[Any]: ...
 
     def split(self, whole: Any, layout: list[tuple[int, np.dtype, tuple[int, ...]]]) -> list[Any]: ...
 
@@ -180,7 +180,6 @@ class DeviceOutputs(NumpyOutputs):
         arrays = batch.fixed_leaves(copy=False)  # lent, or views of slot 0 that the next command rewrites
         direct = arrays if lent else []
         staged = small if lent else [*arrays, *small]
-        outputs = [stream.copy(a) for a in direct]
         staging = None
         if staged:
             layout, offset = [], 0
@@ -190,10 +189,11 @@ class DeviceOutputs(NumpyOutputs):
             staging = guard.staging(offset, stream)
             for (start, _dtype, _shape), a in zip(layout, staged):
                 staging[start : start + a.nbytes] = a.reshape(-1).view(np.uint8)
-            whole = stream.copy(staging)
+            *outputs, whole = stream.copy([*direct, staging])
+            handed = [*outputs, whole]
             outputs.extend(stream.split(whole, layout))
-            handed = [*outputs[: len(direct)], whole]
         else:
+            outputs = stream.copy(direct)
             handed = outputs
         event = stream.record()
         stream.hand_over(event, handed)

@@ -54,6 +54,10 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
 
     With a custom ``worker`` (Gymnasium's pipe protocol) the envs run on ``AsyncVectorEnv`` itself:
     see :mod:`vecshm.vector.on_pipes`.
+
+    ``device`` (None: numpy, ``"cpu"``, ``"cuda[:N]"``) returns observations, rewards and flags of
+    ``step``, ``reset`` and ``recv`` as torch tensors there; ``pin_memory`` page-locks the shared
+    segment for copies to a GPU (default: with a CUDA ``device``). See docs/gpu.md.
     """
 
     # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that

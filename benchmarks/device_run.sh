@@ -26,16 +26,16 @@ pong)  # the issue's first target: async batch 32 >= 90% of the ideal and >= 1.3
     python3 -m vecshm.bench -w pong -n 64 -s "vecshm ShmVecEnv" "ShmVectorEnv async" \
         EnvPool "EnvPool async (batch n/2)" "SB3 SubprocVecEnv" -r 3 --seconds 2 --no-floor -q -o "$out" ;;
 probe)  # does a second worker per core lift async batches (docs/benchmarks.md, "What the batch structure alone costs")?
-    python3 benchmarks/manycore_probe.py 64 --rounds 2 --seconds 3 \
+    python3 benchmarks/lab/manycore_probe.py 64 --rounds 2 --seconds 3 \
         --only "epw=default" "async b=32 epw=2" "sync epw=2" "envpool async" --json "$out/probe.json" \
         | tee "$out/probe.txt" ;;
 frames)  # overhead at scale, sync and async (the ring lends async batches since the last device run)
     python3 -m vecshm.bench -w frames -n 64 -s "vecshm ShmVecEnv" "vecshm ShmVectorEnv" "ShmVectorEnv async" \
         "SB3 SubprocVecEnv" "Gymnasium AsyncVectorEnv" -r 3 --seconds 1 --no-floor -q -o "$out" ;;
 parent)  # does giving the parent a core during async batches help or hurt with 16 cores (calibrated on 2)?
-    python3 benchmarks/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt"
+    python3 benchmarks/lab/parent_core.py -n 64 -w frames vector busy40 pong -r 3 --seconds 1 | tee "$out/parent.txt"
     # and how often the parent wakes to a batch still short (the case for coalescing doorbells)
-    python3 benchmarks/parent_wakeups.py pong 64 --batch 32 --envs-per-worker 4 2 --seconds 5 | tee "$out/wakeups.txt" ;;
+    python3 benchmarks/lab/parent_wakeups.py pong 64 --batch 32 --envs-per-worker 4 2 --seconds 5 | tee "$out/wakeups.txt" ;;
 train)  # end to end, the learner on the GPU, reported with the time split
     # SB3's Atari recipe needs OpenCV, which the device lacks and cannot carry (benchmarks/device_cv2/cv2.py)
     if ! python3 -c "import cv2" 2>/dev/null; then

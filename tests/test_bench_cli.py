@@ -107,7 +107,7 @@ def test_benchmark_scripts_run_against_the_current_code(script):
     reach furthest in keeps them working (info_columns.py once broke on a changed signature)."""
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / script[0]), *script[1:]],
+        [sys.executable, str(root / "benchmarks" / "lab" / script[0]), *script[1:]],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,8 +6,8 @@ process, and EnvPool in both modes, in interleaved rounds, and prints env-steps/
 arrangement. The bench (``python -m vecshm.bench``) measures vecshm's defaults against its peers;
 this script measures the knobs behind those defaults::
 
-    python benchmarks/manycore_probe.py 64 --rounds 2 --seconds 3
-    python benchmarks/manycore_probe.py 64 -w frames --only shm
+    python benchmarks/lab/manycore_probe.py 64 --rounds 2 --seconds 3
+    python benchmarks/lab/manycore_probe.py 64 -w frames --only shm
 """
 
 from __future__ import annotations

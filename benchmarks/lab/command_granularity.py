@@ -8,12 +8,12 @@ process's envs used to share it. This measures that cost where it shows most, on
 nothing, by running the same ``recv``/``send`` loop with the engine's choice forced either way,
 interleaved::
 
-    python benchmarks/command_granularity.py                       # frames, 8 envs as 2 x 4, batch 8
-    python benchmarks/command_granularity.py -w pong -b 4 -r 3
+    python benchmarks/lab/command_granularity.py                       # frames, 8 envs as 2 x 4, batch 8
+    python benchmarks/lab/command_granularity.py -w pong -b 4 -r 3
 
 Batch 8 of 8 envs is the fairest comparison: every env is sent back at once, so both modes run the
 same work and only the per-command costs differ. With smaller batches commands env by env also
-change the batches' shape, which is what ``benchmarks/batch_structure.py`` measures.
+change the batches' shape, which is what ``benchmarks/lab/batch_structure.py`` measures.
 """
 
 from __future__ import annotations

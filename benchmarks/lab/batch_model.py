@@ -14,10 +14,10 @@ Two ways a worker may run its envs:
 
 It shows where a target is out of reach for any engine, and what an engine change could gain::
 
-    python benchmarks/batch_model.py                     # the 16-core and 2-core arrangements
-    python benchmarks/batch_model.py -W 16 -k 4 -C 16 -b 32 64 --step-ms 0.37 --reset-ms 8.4
+    python benchmarks/lab/batch_model.py                     # the 16-core and 2-core arrangements
+    python benchmarks/lab/batch_model.py -W 16 -k 4 -C 16 -b 32 64 --step-ms 0.37 --reset-ms 8.4
 
-``benchmarks/batch_structure.py`` measures the same shapes with the real engine and sleeping envs.
+``benchmarks/lab/batch_structure.py`` measures the same shapes with the real engine and sleeping envs.
 """
 
 from __future__ import annotations

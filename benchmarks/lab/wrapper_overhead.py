@@ -1,6 +1,6 @@
 """Per-step cost of each vecshm wrapper against SB3's, on the same 8-env pixel workload.
 
-    python benchmarks/wrapper_overhead.py [--rounds 5] [--steps 300]
+    python benchmarks/lab/wrapper_overhead.py [--rounds 5] [--steps 300]
 
 The wrapped vec env is an in-process stub that hands out precomputed 84x84x3 frames (with an
 episode end every 50 steps), so the numbers are the wrappers' own cost. Rounds are interleaved

@@ -8,8 +8,8 @@ by the bench's own interleaved rounds (``vecshm.bench.runner.run_case``). The la
 ratio the balance measured last (the workers' busy time per remaining core over the parent's; it
 gives the parent a core below ``RESERVE_BELOW``)::
 
-    python benchmarks/parent_core.py                      # frames, dict, vector, busy 5/15/40 us
-    python benchmarks/parent_core.py -w pong busy200 -r 3
+    python benchmarks/lab/parent_core.py                      # frames, dict, vector, busy 5/15/40 us
+    python benchmarks/lab/parent_core.py -w pong busy200 -r 3
 """
 
 from __future__ import annotations

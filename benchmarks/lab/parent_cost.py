@@ -8,9 +8,9 @@ written, the command words, the doorbells, and the results shaped for the caller
 cycle steps every env; an async one (``send`` after ``recv``) a batch of half of them. Median and
 min of 7 repeats of 5,000 cycles::
 
-    python benchmarks/parent_cost.py sb3 async
-    python benchmarks/parent_cost.py gym sync
-    python benchmarks/parent_cost.py gym async vecshm/Frames-v0 3 2   # batch 3, envs_per_worker 2
+    python benchmarks/lab/parent_cost.py sb3 async
+    python benchmarks/lab/parent_cost.py gym sync
+    python benchmarks/lab/parent_cost.py gym async vecshm/Frames-v0 3 2   # batch 3, envs_per_worker 2
 
 Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
 ``ab_step_rate.py``) for a before/after of the parent's hot path.

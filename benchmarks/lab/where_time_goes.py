@@ -5,8 +5,8 @@ Steps a bench workload through ``ShmVectorEnv``, synchronously or as async batch
 near ``cores x 100%`` means the machine is saturated, and the parent's share says how much of it
 the learner's side costs; a lower sum means processes wait on each other (the sync barrier)::
 
-    python benchmarks/where_time_goes.py frames 8 --batch 4
-    python benchmarks/where_time_goes.py pong 8 --batch 4
+    python benchmarks/lab/where_time_goes.py frames 8 --batch 4
+    python benchmarks/lab/where_time_goes.py pong 8 --batch 4
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ints) once, then times reading that step's infos again and again from the shared
 of dicts (``ShmVecEnv``) and Gymnasium's dict of arrays (``ShmVectorEnv``). The same infos are read
 with the columns on, and pickled (columns turned off in the workers), in alternating rounds::
 
-    python benchmarks/info_columns.py --envs 8 64 --rounds 3
+    python benchmarks/lab/info_columns.py --envs 8 64 --rounds 3
 
 Workers start with ``fork`` so that turning the columns off reaches them.
 """

@@ -8,8 +8,8 @@ completes the batch ring. This counts, per ``recv``, the parent's waits, its sle
 *futile* wakes (a sleep followed by another in the same wait), and times the parent's own work
 between a futile wake and its next sleep (the kernel's part of a wake-up is not in that time)::
 
-    python benchmarks/parent_wakeups.py pong 8 --batch 4 --envs-per-worker 1 4
-    python benchmarks/parent_wakeups.py pong 64 --batch 32 --envs-per-worker 4   # the 16-core case
+    python benchmarks/lab/parent_wakeups.py pong 8 --batch 4 --envs-per-worker 1 4
+    python benchmarks/lab/parent_wakeups.py pong 64 --batch 32 --envs-per-worker 4   # the 16-core case
 """
 
 from __future__ import annotations

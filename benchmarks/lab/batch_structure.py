@@ -13,8 +13,8 @@ machine behave as 16 workers on cores of their own. What is left is structure:
 The ideal is every worker busy all the time: ``workers / (latency of one env step, resets
 included)``. With one worker per core, no CPU-bound env can beat the percentages printed here::
 
-    python benchmarks/batch_structure.py                 # 64 envs on 16 workers
-    python benchmarks/batch_structure.py -n 8 -w 2 -b 4  # the 2-core bench's arrangement
+    python benchmarks/lab/batch_structure.py                 # 64 envs on 16 workers
+    python benchmarks/lab/batch_structure.py -n 8 -w 2 -b 4  # the 2-core bench's arrangement
 
 ``--cores K`` gives the envs K cores to share: an env holds one of K tokens (a named POSIX
 semaphore) while it steps or resets, as a CPU-bound env holds a core. Then more workers than
@@ -22,7 +22,7 @@ cores can be tried (``-w 16 32 64``): the ideal becomes K cores always busy, as 
 thread pool. The tokens are not preempted as the kernel preempts processes, and switching costs
 nothing here, so this says what the arrangement allows, not what a machine delivers::
 
-    python benchmarks/batch_structure.py --cores 16 -w 16 32 64 -b 32
+    python benchmarks/lab/batch_structure.py --cores 16 -w 16 32 64 -b 32
 """
 
 from __future__ import annotations

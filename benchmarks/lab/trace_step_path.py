@@ -5,7 +5,7 @@ parent, on both facades, sync and async, and prints for each half of a step the 
 entered, in order, and how many calls it made into vecshm (the files any of ``STEPS`` steps
 entered: a wait that finds its results, spins or sleeps crosses different ones; the most calls)::
 
-    python benchmarks/trace_step_path.py
+    python benchmarks/lab/trace_step_path.py
 
 The halves are: ``ShmVecEnv.step_async`` / ``ShmVectorEnv.step_async`` / ``send`` up to the last
 doorbell rung (the actions are in the segment by then), and ``step_wait`` / ``recv`` up to the

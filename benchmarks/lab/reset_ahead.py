@@ -5,7 +5,7 @@ stand in for a learner's forward pass on a GPU (the core idles meanwhile), and r
 the mean ``step()`` time, and the median ``step()`` time of the steps right after an episode ended,
 with ``reset_ahead`` off and on in alternating rounds::
 
-    python benchmarks/reset_ahead.py --learner-ms 10 --envs 8 --seconds 12 --rounds 3
+    python benchmarks/lab/reset_ahead.py --learner-ms 10 --envs 8 --seconds 12 --rounds 3
 """
 
 from __future__ import annotations

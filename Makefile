@@ -62,7 +62,7 @@ RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method o
 test: install  ## the README's test command: the suite, the portable transport, SB3's and sb3-contrib's own tests, RLlib
 	$(MAKE) --no-print-directory test-suite test-portable test-sb3 test-rllib
 
-test-fast: install  ## what to run after each change (about 2 minutes): the suite less the tests marked slow
+test-fast: install  ## what to run after each change (about 4 minutes on 2 cores): the suite less the tests marked slow
 	$(PYTEST) $(XDIST) -m "not slow"
 
 test-suite: install  ## vecshm's whole suite

@@ -25,7 +25,7 @@ case "$stage" in
 pong)  # the first target: async batch 32 >= 90% of the ideal and >= 1.3x EnvPool async; sync >= 75%
     python3 -m vecshm.bench -w pong -n 64 -s "vecshm ShmVecEnv" "ShmVectorEnv async" \
         EnvPool "EnvPool async (batch n/2)" "SB3 SubprocVecEnv" -r 3 --seconds 2 --no-floor -q -o "$out" ;;
-probe)  # does a second worker per core lift async batches (docs/benchmarks.md, "What the batch structure alone costs")?
+probe)  # does a second worker per core lift async batches (docs/benchmark-notes.md, "What the batch structure alone costs")?
     python3 benchmarks/lab/manycore_probe.py 64 --rounds 2 --seconds 3 \
         --only "epw=default" "async b=32 epw=2" "sync epw=2" "envpool async" --json "$out/probe.json" \
         | tee "$out/probe.txt" ;;

@@ -92,7 +92,7 @@ def test_workers_leave_the_parents_core_while_its_work_is_heavy_and_come_back(cl
 def test_the_bounds_scale_with_the_cores_the_workers_keep(clock, cores, reserved):
     """A core for the parent costs the workers one core in ``cores``: half the machine on 2 cores,
     a sixteenth on 16. 64 Pong envs in async batches of 32 on 16 cores measured a ratio of about 5
-    and ran 5-7% faster with the parent's core reserved (docs/benchmarks.md): there it is kept."""
+    and ran 5-7% faster with the parent's core reserved (docs/benchmark-notes.md): there it is kept."""
     busy = np.zeros(2)
     core_balance = CoreBalance(list(range(cores)), busy, lambda: [], enabled=True)  # no process to move
     core_balance.tick()

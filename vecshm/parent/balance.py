@@ -8,7 +8,7 @@ has a busy worker it gets only its share of one: the whole pipeline waits on it.
 only pays while their work per remaining core stays within a few times the parent's.
 
 The ratio below (the workers' busy time per remaining core over the parent's) decides; the
-thresholds come from measurements on 2 cores (docs/benchmarks.md, "Async batches on 2 cores: the
+thresholds come from measurements on 2 cores (docs/benchmark-notes.md, "Async batches on 2 cores: the
 parent's core").
 
 So, while async batches run with envs left in flight (``batch_size < num_envs``), every
@@ -33,7 +33,7 @@ __all__ = ["CoreBalance", "BALANCE_SECONDS", "PAUSE_SECONDS", "RESERVE_BELOW", "
 BALANCE_SECONDS = 0.25  # how often the balance is looked at while async batches run
 # From this many cores on, async batches reserve the parent's core from their first batch, before
 # any window was measured: a core is then at most an eighth of the workers', and on 16 cores
-# reserving it was the faster placement for every workload measured (docs/benchmarks.md)
+# reserving it was the faster placement for every workload measured (docs/benchmark-notes.md)
 RESERVE_FROM_CORES = 8
 RESERVE_BELOW = 2.5  # workers' busy time per remaining core over the parent's, below which it gets a core
 RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESERVE_BELOW, so it does not flap)

@@ -86,23 +86,10 @@ class EnvPoolBatches:
     """EnvPool's async mode, configured as Gymnasium's ``ALE/*-v5`` (raw RGB frames, frame skip 4)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        import envpool
+        from vecshm.bench.systems import envpool_like_ale_v5
 
         self.device = args.device
-        self.envs = envpool.make_gymnasium(
-            args.env.split("/")[-1],
-            num_envs=args.n_envs,
-            batch_size=args.batch,
-            img_height=210,
-            img_width=160,
-            gray_scale=False,
-            stack_num=1,
-            frame_skip=4,
-            repeat_action_probability=0.25,
-            noop_max=1,
-            episodic_life=False,
-            reward_clip=False,
-        )
+        self.envs = envpool_like_ale_v5(args.env, args.n_envs, args.batch)
         self.envs.async_reset()
 
     def recv(self) -> tuple[torch.Tensor, np.ndarray]:

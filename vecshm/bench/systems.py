@@ -11,7 +11,7 @@ import numpy as np
 
 from vecshm.bench.workloads import Workload
 
-__all__ = ["System", "SYSTEMS", "Stepper", "get_systems"]
+__all__ = ["System", "SYSTEMS", "Stepper", "envpool_like_ale_v5", "get_systems"]
 
 
 class Stepper:
@@ -150,12 +150,18 @@ def _gym_sync(workload: Workload, n_envs: int) -> Stepper:
 
 
 def _envpool_make(workload: Workload, n_envs: int, batch_size: int | None = None) -> Any:
+    return envpool_like_ale_v5(workload.env_id, n_envs, batch_size)
+
+
+def envpool_like_ale_v5(env_id: str, n_envs: int, batch_size: int | None = None) -> Any:
+    """EnvPool's Gymnasium pool for the Atari game of ``env_id`` (``ALE/Pong-v5`` or ``Pong-v5``),
+    configured like Gymnasium's ``ALE/*-v5``: RGB 210x160 frames, frame skip 4, sticky actions, no
+    stacking, grayscale, resizing, life loss or reward clipping (EnvPool's Atari defaults differ).
+    Its frames come channel-first (3, 210, 160)."""
     import envpool
 
-    # Configured like gymnasium's ALE/*-v5: RGB 210x160 frames, frame skip 4, sticky actions, no
-    # stacking, grayscale, resizing, life loss or reward clipping (EnvPool's Atari defaults differ).
     return envpool.make_gymnasium(
-        workload.env_id.split("/")[-1],
+        env_id.split("/")[-1],
         num_envs=n_envs,
         batch_size=batch_size or n_envs,
         img_height=210,

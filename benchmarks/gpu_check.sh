@@ -41,6 +41,9 @@ for stage in "${stages[@]}"; do
     acting)  # the acting loop at 64 envs, batch 32, raw Pong frames: vecshm device=cuda against EnvPool async
         timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 --profile \
             > "$out/acting.txt" 2>&1
+        # two envs per worker: a batch of 32 spread over 16 workers instead of 8 (docs/gpu.md)
+        timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 32 --seconds 5 --rounds 2 --profile \
+            --envs-per-worker 2 > "$out/acting_epw2.txt" 2>&1
         # pipelined (the next batch received while the GPU works), with four batches out
         timeout 100 python3 examples/acting_loop.py --n-envs 64 --batch 16 --seconds 5 --rounds 2 --pipeline --profile \
             > "$out/acting_pipelined.txt" 2>&1 ;;

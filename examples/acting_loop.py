@@ -67,7 +67,10 @@ class VecshmBatches:
         from vecshm import ShmVectorEnv
 
         self.envs = ShmVectorEnv(
-            [make_env(args.env) for _ in range(args.n_envs)], batch_size=args.batch, device=args.device
+            [make_env(args.env) for _ in range(args.n_envs)],
+            batch_size=args.batch,
+            device=args.device,
+            envs_per_worker=args.envs_per_worker,
         )
         self.envs.async_reset(seed=0)
 
@@ -171,6 +174,14 @@ def main() -> None:
     parser.add_argument("--backend", nargs="+", default=["vecshm", "envpool"], choices=list(BACKENDS))
     parser.add_argument("--pipeline", action="store_true", help="receive the next batch before sending actions")
     parser.add_argument("--profile", action="store_true", help="print where each batch's time goes")
+    parser.add_argument(
+        "--envs-per-worker",
+        type=int,
+        default=None,
+        help="vecshm's envs per worker process (default: its own choice). A worker steps its envs one "
+        "after the other, so while the policy holds half the envs, fewer envs per worker spread a "
+        "batch over more cores",
+    )
     args = parser.parse_args()
     if args.batch * 2 > args.n_envs and args.pipeline:
         parser.error("a pipelined loop needs --batch <= --n-envs / 2 (two batches are out at once)")

@@ -183,6 +183,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backend", nargs="+", default=["vecshm", "envpool"], choices=list(BACKENDS))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--envs-per-worker", type=int, default=None, help="vecshm's (default: its own choice)")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4)
     parser.add_argument("--gamma", type=float, default=0.99)
     parser.add_argument("--gae-lambda", type=float, default=0.95)

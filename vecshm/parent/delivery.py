@@ -161,6 +161,7 @@ class DeviceOutputs(NumpyOutputs):
         self.stream = stream
         self.guard = CopyGuard()
         self.keep_in_flight = keep_in_flight
+        self._layouts: dict[tuple, tuple[list[tuple[int, np.dtype, tuple[int, ...]]], int]] = {}
 
     def observations(self, batch: Batch, copy: bool) -> Any:
         return self._deliver(batch, [])[0]
@@ -182,10 +183,7 @@ class DeviceOutputs(NumpyOutputs):
         staged = small if lent else [*arrays, *small]
         staging = None
         if staged:
-            layout, offset = [], 0
-            for a in staged:
-                layout.append((offset, a.dtype, a.shape))
-                offset += -(-a.nbytes // ALIGN) * ALIGN
+            layout, offset = self._layout(staged)
             staging = guard.staging(offset, stream)
             for (start, _dtype, _shape), a in zip(layout, staged):
                 staging[start : start + a.nbytes] = a.reshape(-1).view(np.uint8)
@@ -200,6 +198,19 @@ class DeviceOutputs(NumpyOutputs):
         guard.hold(event, direct, staging)
         n = len(arrays)
         return batch.assembled(outputs[:n]), outputs[n:]
+
+    def _layout(self, staged: list[np.ndarray]) -> tuple[list[tuple[int, np.dtype, tuple[int, ...]]], int]:
+        """Where each of ``staged`` goes in a staging buffer, and the buffer's size (the same arrays
+        come every batch: worked out once per shape)."""
+        key = tuple((a.dtype, a.shape) for a in staged)
+        found = self._layouts.get(key)
+        if found is None:
+            layout, offset = [], 0
+            for a in staged:
+                layout.append((offset, a.dtype, a.shape))
+                offset += -(-a.nbytes // ALIGN) * ALIGN
+            found = self._layouts[key] = (layout, offset)
+        return found
 
     def close(self) -> None:
         self.guard.close()

@@ -19,9 +19,10 @@ from vecshm.bench.systems import (
     BASELINE,
     Stepper,
     System,
-    _envpool_make,
     _gym_async,
     _sb3_subproc,
+    _shm,
+    envpool_async,
     envpool_sync,
     shm_async,
     shm_vector,
@@ -42,8 +43,9 @@ def cuda_unavailable(device: str) -> str | None:
     return None
 
 
-def _copied(build: Callable[[Workload, int], Stepper], device: str, obs_at: int = 0) -> Callable:
-    """``build``'s stepper, each step followed by ``torch.as_tensor(obs).to(device)``."""
+def _copied(build: Callable[[Workload, int], Stepper], device: str) -> Callable:
+    """``build``'s stepper, each step followed by ``torch.as_tensor(obs).to(device)`` (every system's
+    step returns its observations first)."""
 
     def wrapped(workload: Workload, n_envs: int) -> Stepper:
         import torch
@@ -53,21 +55,11 @@ def _copied(build: Callable[[Workload, int], Stepper], device: str, obs_at: int 
 
         def step(actions: np.ndarray) -> Any:
             result = inner(actions)
-            return torch.as_tensor(result[obs_at]).to(device), result
+            return torch.as_tensor(result[0]).to(device), result
 
         return Stepper(stepper.env, step, stepper.reset, stepper.envs_per_step)
 
     return wrapped
-
-
-def _vecshm_sb3(**options: Any) -> Callable[[Workload, int], Stepper]:
-    def build(workload: Workload, n_envs: int) -> Stepper:
-        from vecshm import ShmVecEnv
-
-        venv = ShmVecEnv(workload.factories(n_envs), **options)
-        return Stepper(venv, venv.step, venv.reset)
-
-    return build
 
 
 def _numpy_to_torch(device: str) -> Callable[[Workload, int], Stepper]:
@@ -82,20 +74,6 @@ def _numpy_to_torch(device: str) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _envpool_async(workload: Workload, n_envs: int, device: str) -> Stepper:
-    import torch
-
-    batch = n_envs // 2
-    env = _envpool_make(workload, n_envs, batch)
-
-    def step(actions: np.ndarray) -> Any:
-        result = env.recv()
-        env.send(actions[:batch], result[4]["env_id"])
-        return torch.as_tensor(result[0]).to(device), result
-
-    return Stepper(env, step, env.async_reset, envs_per_step=batch)
-
-
 def device_systems(device: str) -> dict[str, System]:
     """The rows of a ``--device`` run (their names say what each does after its step)."""
     to = f"+ .to({device})"
@@ -103,9 +81,9 @@ def device_systems(device: str) -> dict[str, System]:
         System(BASELINE, _copied(_sb3_subproc, device), ("stable_baselines3",)),
         System("Gymnasium AsyncVectorEnv(shared_memory=True)", _copied(_gym_async, device)),
         System("EnvPool", _copied(envpool_sync, device), ("envpool",)),
-        System("EnvPool async (batch n/2)", lambda w, n: _envpool_async(w, n, device), ("envpool",)),
-        System(f"vecshm ShmVecEnv {to}", _copied(_vecshm_sb3(), device)),
-        System(f"vecshm ShmVecEnv pin_memory {to}", _copied(_vecshm_sb3(pin_memory=True), device)),
+        System("EnvPool async (batch n/2)", _copied(envpool_async, device), ("envpool",)),
+        System(f"vecshm ShmVecEnv {to}", _copied(_shm(), device)),
+        System(f"vecshm ShmVecEnv pin_memory {to}", _copied(_shm(pin_memory=True), device)),
         System(f"vecshm ShmVectorEnv {to}", _copied(shm_vector(), device)),
         System(f"vecshm ShmVectorEnv pin_memory {to}", _copied(shm_vector(pin_memory=True), device)),
         System("vecshm ShmVectorEnv pin_memory + NumpyToTorch", _numpy_to_torch(device), ("array_api_compat",)),

@@ -126,16 +126,14 @@ def run_case(
                 case.skipped[system.name] = reason
                 continue
             progress(f"starting {system.name}")
+            stepper = None
             try:
                 stepper = system.build(workload, n_envs)
-            except Exception as error:  # one system that cannot run here must not cost the others' rows
-                case.skipped[system.name] = f"failed: {type(error).__name__}: {str(error)[:120]}"
-                continue
-            try:
                 stepper.reset()
                 measure_rate(stepper, actions, n_envs, min(1.0, seconds))  # warm-up: caches, spinners, allocator
-            except Exception as error:
-                stepper.close()
+            except Exception as error:  # one system that cannot run here must not cost the others' rows
+                if stepper is not None:
+                    stepper.close()
                 case.skipped[system.name] = f"failed: {type(error).__name__}: {str(error)[:120]}"
                 continue
             built[system.name] = stepper

@@ -135,11 +135,6 @@ class SegmentRegistration:
     def close(self) -> None:
         self._finalizer()
 
-    def covers(self, array: np.ndarray) -> bool:
-        """Whether ``array``'s bytes lie inside the registered range."""
-        start = array.ctypes.data
-        return self.address <= start and start + array.nbytes <= self.address + self.nbytes
-
 
 class _TorchDtypes(dict):
     """numpy dtype -> torch dtype, found once per dtype."""

@@ -75,7 +75,8 @@ class VecshmBatches:
         self.envs.async_reset(seed=0)
 
     def recv(self) -> tuple[torch.Tensor, np.ndarray]:
-        obs, _rewards, _terminations, _truncations, _infos, env_ids = self.envs.recv()
+        obs, rewards, terminations, truncations, _infos, env_ids = self.envs.recv()
+        self.last = (rewards, terminations, truncations)  # for a learner (examples/cleanrl_ppo_atari.py)
         return obs, env_ids
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
@@ -96,7 +97,8 @@ class EnvPoolBatches:
         self.envs.async_reset()
 
     def recv(self) -> tuple[torch.Tensor, np.ndarray]:
-        obs, _rewards, _terminations, _truncations, info = self.envs.recv()
+        obs, rewards, terminations, truncations, info = self.envs.recv()
+        self.last = (rewards, terminations, truncations)
         # EnvPool's frames are channel-first: a view as Gymnasium's HWC (the policy takes it back, no copy)
         return torch.as_tensor(obs).to(self.device).permute(0, 2, 3, 1), info["env_id"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 from acting_loop import BACKENDS, make_env
@@ -89,7 +90,7 @@ def train(backend: type, args: argparse.Namespace, n_actions: int) -> float:
             while int(count.min()) < T:  # collect until every env has its T transitions
                 obs, env_ids = envs.recv()
                 ids = torch.as_tensor(env_ids, device=device)
-                rewards, dones = envs.last_rewards_dones(device)
+                rewards, dones = last_rewards_dones(envs, device)
                 steps += len(env_ids)
                 record = pending[ids] & (count[ids] < T)
                 if record.any():
@@ -153,24 +154,10 @@ def update(agent, optimizer, args, obs, actions, logprobs, values, rewards, done
             optimizer.step()
 
 
-def with_rewards(cls: type) -> type:
-    """The acting loop's backend, keeping each batch's rewards and episode ends for the learner."""
-
-    class Backend(cls):
-        def recv(self):
-            if isinstance(self, BACKENDS["vecshm"]):
-                obs, rewards, terminations, truncations, _infos, env_ids = self.envs.recv()
-            else:
-                obs, rewards, terminations, truncations, info = self.envs.recv()
-                obs, env_ids = torch.as_tensor(obs).to(self.device).permute(0, 2, 3, 1), info["env_id"]
-            self._last = (rewards, terminations, truncations)
-            return obs, env_ids
-
-        def last_rewards_dones(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-            rewards, terminations, truncations = (torch.as_tensor(x).to(device) for x in self._last)
-            return rewards.float(), (terminations | truncations).float()
-
-    return Backend
+def last_rewards_dones(envs: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rewards and episode ends of the batch ``envs`` (an acting-loop backend) returned last."""
+    rewards, terminations, truncations = (torch.as_tensor(x).to(device) for x in envs.last)
+    return rewards.float(), (terminations | truncations).float()
 
 
 def main() -> None:
@@ -201,7 +188,7 @@ def main() -> None:
     n_actions = gym.make(args.env).action_space.n
     rates = {}
     for backend in args.backend:
-        rates[backend] = train(with_rewards(BACKENDS[backend]), args, n_actions)
+        rates[backend] = train(BACKENDS[backend], args, n_actions)
         print(f"{backend}: {rates[backend]:,.0f} steps/s (learning included)", flush=True)
     if len(rates) == 2:
         print(f"vecshm / envpool: {rates['vecshm'] / rates['envpool']:.2f}x")

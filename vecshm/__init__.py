@@ -2,6 +2,7 @@
 
 from vecshm import envs as _builtin_envs  # noqa: F401  (registers the vecshm/... env ids)
 from vecshm import sb3 as _sb3
+from vecshm._version import __version__
 from vecshm.monitor import Monitor
 from vecshm.shared.affinity import Topology, topology
 from vecshm.shared.errors import (
@@ -39,8 +40,6 @@ from vecshm.wrappers import (
     VecTransposeImage,
     VecVideoRecorder,
 )
-
-__version__ = "0.1.0"
 
 _sb3.install()
 

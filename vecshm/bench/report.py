@@ -6,11 +6,11 @@ import json
 import os
 import platform
 import sys
-from importlib import metadata
 from typing import Any
 
 import numpy as np
 
+from vecshm.about import OPTIONAL_PACKAGES, REQUIRED_PACKAGES, installed_versions
 from vecshm.bench.runner import IDEAL, Case
 from vecshm.bench.systems import BASELINE
 from vecshm.shared.affinity import usable_cores
@@ -19,12 +19,9 @@ __all__ = ["machine_info", "markdown", "to_json", "plot"]
 
 
 def machine_info() -> dict[str, Any]:
-    versions = {}
-    for package in ("vecshm", "numpy", "gymnasium", "stable-baselines3", "torch", "ale-py", "envpool"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
+    """The machine and the installed versions of vecshm and every peer, recorded with the results."""
+    packages = ("vecshm", *REQUIRED_PACKAGES, *OPTIONAL_PACKAGES)
+    versions = {name: version for name, version in installed_versions(packages).items() if version}
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),

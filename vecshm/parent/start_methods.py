@@ -41,6 +41,7 @@ from vecshm.shared.pickling import can_pickle
 
 __all__ = [
     "default_start_method",
+    "platform_start_method",
     "refuse_inside_worker_start_up",
     "gymnasium_start_method",
     "preload_in_forkserver",
@@ -172,7 +173,7 @@ def gymnasium_start_method(caller: FrameType | None, env_fns: Sequence[Any] = ()
       (one holds a lock, say): ``AsyncVectorEnv`` forks them as they are.
     - Otherwise SB3's default, :func:`default_start_method`.
     """
-    platform_default = _platform_default()
+    platform_default = platform_start_method()
     chosen = mp.get_start_method(allow_none=True)
     if chosen is not None and chosen != platform_default:
         return chosen
@@ -234,7 +235,7 @@ def _is_main_test(test: ast.expr) -> bool:
     return names == ["__name__"] and constants == ["__main__"]
 
 
-def _platform_default() -> str:
+def platform_start_method() -> str:
     """multiprocessing's default start method on this platform, read without fixing it."""
     default = getattr(getattr(mp.context, "_default_context", None), "_default_context", None)
     if default is not None:

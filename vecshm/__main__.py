@@ -7,8 +7,8 @@ import json
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the report (or the version, or JSON); returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command's options (the docs site prints its help from here)."""
     parser = argparse.ArgumentParser(
         prog="python -m vecshm",
         description="Print what a vecshm bug report needs: versions, the transport, start methods, cores, packages.",
@@ -16,7 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="store_true", help="print vecshm's version alone")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-cuda", action="store_true", help="do not import torch to ask about CUDA")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report (or the version, or JSON); returns the exit status."""
+    args = build_parser().parse_args(argv)
     if args.version:
         from vecshm._version import __version__
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def semaphore_round_trip(same_core: bool, n: int = 2000) -> float | None:
     cores = usable_cores()
     if not same_core and len(cores) < 2:
         return None
-    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    context: Any = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     ping, pong = context.Semaphore(0), context.Semaphore(0)
     mine, theirs = (cores[0], cores[0]) if same_core else (cores[0], cores[1])
     child = context.Process(target=_echo, args=(ping, pong, theirs, n), daemon=True)

@@ -84,7 +84,7 @@ class WorkerPool:
                 index=p,
                 env_start=start,
                 env_fns=payloads[p],
-                conn=None,  # type: ignore[arg-type]  (set per process start)
+                conn=None,  # type: ignore[arg-type]  # set per process start
                 doorbell=new_doorbell(transport),
                 done_bell=None,  # type: ignore[arg-type]
                 autoreset=options.autoreset,

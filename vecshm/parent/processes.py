@@ -44,7 +44,7 @@ def _disown_workers() -> None:
     daemonic children, under the vec env of the process they belong to. (Its own children clear
     the list themselves.)
     """
-    mp_process._children.difference_update(WORKER_PROCESSES)
+    mp_process._children.difference_update(WORKER_PROCESSES)  # type: ignore[attr-defined]  # private, no stub
 
 
 if hasattr(os, "register_at_fork"):

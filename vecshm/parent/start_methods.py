@@ -35,7 +35,7 @@ import sys
 import sysconfig
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from vecshm.shared.pickling import can_pickle
 
@@ -134,6 +134,7 @@ def _top_level_imports(path: str, mtime_ns: int) -> tuple[str, ...]:
                     visit(node.body)
                 visit(node.orelse)
             elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                node = cast(ast.Try, node)  # TryStar (3.11+) has the same fields
                 for block in (node.body, *(handler.body for handler in node.handlers), node.orelse, node.finalbody):
                     visit(block)
             elif isinstance(node, ast.With):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import cast
 
 import cloudpickle
 
@@ -46,7 +47,7 @@ def capture(error: BaseException, offset: int, where: str, command: str) -> Fail
     if every and all(e.record is not None for e in every):
         records = []
         for e in every:
-            record = copy.copy(e.record)
+            record = copy.copy(cast(RemoteError, e.record))  # not None: checked above
             if record.env_index is not None:
                 record.env_index += offset
             record.command = f"{record.command} in {where}"

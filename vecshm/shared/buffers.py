@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecshm.shared.layout import Leaf, leaves
-from vecshm.shared.memory import Field, Segment, SegmentPlan, mapping_array
+from vecshm.shared.memory import Field, NamedSegment, Segment, SegmentPlan, mapping_array
 from vecshm.shared.protocol import Arena
 
 __all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_codes"]
@@ -44,7 +44,7 @@ REWARD_DTYPES = tuple(
 )
 _REWARD_CODE = {dtype: code for code, dtype in enumerate(REWARD_DTYPES)}
 # The types whose values all give one dtype (a Python int: the platform's default integer).
-_REWARD_CODE_OF_TYPE = {
+_REWARD_CODE_OF_TYPE: dict[type, int] = {
     float: 0,
     int: _REWARD_CODE[np.asarray(0).dtype],
     bool: _REWARD_CODE[np.dtype(np.bool_)],
@@ -158,9 +158,10 @@ class Buffers:
     batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
     """
 
-    def __init__(self, spec: BufferSpec, segment: Segment) -> None:
+    def __init__(self, spec: BufferSpec, segment: Segment | NamedSegment) -> None:
         self.spec = spec
         self.segment = segment
+        assert segment.buffer is not None, "a closed segment"
         self.mapping = mapping_array(segment.buffer)  # every view below, and every lent array, derives from it
         views = spec.plan().views(self.mapping)
         self.cmd_seq = views["cmd_seq"]

@@ -97,14 +97,14 @@ class InfoSchema:
 
     def dict_at(self, arena: np.ndarray, offset: int) -> dict[str, Any]:
         """The info whose slot starts ``offset`` bytes into ``arena``, each value of the type the env gave."""
-        values = self.packer.unpack_from(arena, offset)  # Python int/float/bool per key, then the blob
+        values = self.packer.unpack_from(arena, offset)  # type: ignore[arg-type]  # an ndarray is a buffer  # Python int/float/bool per key, then the blob
         if self.python_only:  # (zip stops at the last key, before the blob)
             return dict(zip(self.keys, values))
         return {key: kind(value) for key, kind, value in zip(self.keys, self.types, values)}
 
     def columns(self, records: np.ndarray) -> list[np.ndarray]:
         """Each key's values over ``records``, as stored (int64, uint64, float64 or bool)."""
-        return [records[name] for name in self.dtype.names]
+        return [records[name] for name in self.dtype.names or ()]
 
 
 class InfoRecords(NamedTuple):
@@ -150,7 +150,7 @@ class ColumnWriter:
         if schema is None or schema.packer.size > slot_bytes:
             return None
         try:
-            schema.packer.pack_into(arena, env_index * slot_bytes, *values, schema.blob)
+            schema.packer.pack_into(arena, env_index * slot_bytes, *values, schema.blob)  # type: ignore[arg-type]
         except (struct.error, OverflowError):  # an int beyond 64 bits
             return None
         return schema.length

@@ -63,7 +63,7 @@ def leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
 @leaves.register(spaces.MultiDiscrete)
 @leaves.register(spaces.MultiBinary)
 def _array_leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
-    return [Leaf(path, tuple(space.shape), np.dtype(space.dtype))]
+    return [Leaf(path, tuple(space.shape or ()), np.dtype(space.dtype))]
 
 
 @leaves.register(spaces.Discrete)

@@ -163,7 +163,7 @@ class NamedSegment:
         if self.buffer is None:
             return
         self.buffer = None
-        shm, self._shm = self._shm, None
+        shm, self._shm = self._shm, None  # type: ignore[assignment]  # closed: no use after this
         try:
             shm.close()
         except BufferError:

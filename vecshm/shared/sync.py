@@ -147,7 +147,7 @@ class DoneWatch:
         """Block up to ``timeout`` seconds (None: no limit); the ended processes' sentinels."""
         if self._poll is not None:
             timeout_ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
-            ready = [fd for fd, _ in self._poll.poll(timeout_ms)]
+            ready: list[Any] = [fd for fd, _ in self._poll.poll(timeout_ms)]
         else:
             ready = connection.wait([self._bell.waitable, *self._sentinels], timeout)
         return [fd for fd in ready if fd in self._sentinels]

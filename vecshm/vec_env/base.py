@@ -13,7 +13,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from copy import deepcopy
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import cloudpickle
 import gymnasium as gym
@@ -227,7 +227,7 @@ class VecEnv(ABC):
             return range(self.num_envs)
         if isinstance(indices, numbers.Integral):
             return [int(indices)]
-        return indices
+        return cast(Iterable[int], indices)
 
     def __enter__(self) -> VecEnv:
         return self

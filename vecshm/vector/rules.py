@@ -100,7 +100,7 @@ def refuse_what_shared_memory_refuses(space: gym.Space) -> None:
     size), but a drop-in raises where its peer raises; ``shared_memory=False`` takes every space in
     both. Gymnasium's own ``create_shared_memory`` decides, with nothing allocated."""
     try:
-        create_shared_memory(space, n=1, ctx=_NoAllocation)
+        create_shared_memory(space, n=1, ctx=_NoAllocation)  # type: ignore[arg-type]  # stands in for multiprocessing
     except CustomSpaceError as error:
         raise ValueError(
             "Using `AsyncVector(..., shared_memory=True)` caused an error, you can disable this feature with "

@@ -156,7 +156,9 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
 
     # -- reset ------------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         try:
             self.reset_async(seed=seed, options=options)
             return self.reset_wait()
@@ -189,7 +191,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
 
     # -- step -------------------------------------------------------------------------------------
 
-    def step(self, actions: Any):
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         try:
             self.step_async(actions)
             return self.step_wait()
@@ -205,7 +207,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._ticket = self._engine.send_step(actions, self._lend)
         self._state = _State.WAITING_STEP
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         return self._results(self._wait_pending(_State.WAITING_STEP, "step_wait", "step_async", timeout))
 
     def _wait_pending(self, state: _State, call: str, opener: str, timeout: float | None) -> Batch:
@@ -260,7 +262,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "send")
 
-    def recv(self, timeout: float | None = None):
+    def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
 
         Infos are batched over the returned envs (masks of length ``batch_size``), in ``env_ids`` order.
@@ -272,7 +274,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             self._last_batch = batch.env_ids
         except WorkerError as error:
             raise_as_async_vector_env(error)
-        return (*self._results(batch), batch.env_ids)
+        return (*self._results(batch), batch.env_ids)  # type: ignore[return-value]  # recv's batches name their envs
 
     # -- calls ------------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ class VecCheckNan(VecEnvWrapper):
         found = []
         for kind, bad in (("inf", np.isinf(value) if self.check_inf else None), ("nan", np.isnan(value))):
             if bad is not None and bad.any():
-                envs = np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1)) if bad.ndim else []
+                envs: Any = np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1)) if bad.ndim else []
                 found.append((f"{name} (envs {list(map(int, envs))})" if len(envs) else name, kind))
         return found
 

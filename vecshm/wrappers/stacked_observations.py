@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -49,7 +49,7 @@ class StackedObservations(Generic[TObs]):
                     f"channels_order names keys {sorted(unknown)} that the Dict space does not have"
                 )
             self.sub_stacked_observations = {
-                key: StackedObservations(num_envs, n_stack, subspace, channels_order.get(key), pinned=pinned)
+                key: StackedObservations(num_envs, n_stack, cast(spaces.Box, subspace), channels_order.get(key), pinned=pinned)
                 for key, subspace in observation_space.spaces.items()
             }
             self.stacked_observation_space: spaces.Space = spaces.Dict(
@@ -106,7 +106,7 @@ class StackedObservations(Generic[TObs]):
             self.stacked_obs = self._pinned.take()
             self.stacked_obs[...] = 0
         self._newest(self.stacked_obs, observation.shape[self.stack_dimension])[...] = observation
-        return self.stacked_obs  # type: ignore[return-value]
+        return self.stacked_obs
 
     def update(
         self, observations: TObs, dones: np.ndarray, infos: list[dict[str, Any]]
@@ -132,7 +132,7 @@ class StackedObservations(Generic[TObs]):
             new[env_idx] = 0
         self._newest(new, width)[...] = observations
         self.stacked_obs = new
-        return new, infos  # type: ignore[return-value]
+        return new, infos
 
     def _update_dict(
         self, observations: dict[str, np.ndarray], dones: np.ndarray, infos: list[dict[str, Any]]

@@ -100,7 +100,7 @@ class VecVideoRecorder(VecEnvWrapper):
             self._stop_recording()
         self.video_name = f"{self.name_prefix}-step-{self.step_id}-to-step-{self.step_id + self.video_length}.mp4"
         self.video_path = os.path.join(self.video_folder, self.video_name)
-        self._writer = _video_writer(self.video_path, self.frames_per_sec)
+        self._writer = _video_writer(self.video_path, float(self.frames_per_sec))
         self.recording = True
         self._capture_frame()
 

@@ -49,7 +49,9 @@ class StackedObservations(Generic[TObs]):
                     f"channels_order names keys {sorted(unknown)} that the Dict space does not have"
                 )
             self.sub_stacked_observations = {
-                key: StackedObservations(num_envs, n_stack, cast(spaces.Box, subspace), channels_order.get(key), pinned=pinned)
+                key: StackedObservations(
+                    num_envs, n_stack, cast(spaces.Box, subspace), channels_order.get(key), pinned=pinned
+                )
                 for key, subspace in observation_space.spaces.items()
             }
             self.stacked_observation_space: spaces.Space = spaces.Dict(

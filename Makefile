@@ -23,8 +23,8 @@ TORCH := torch==2.13.0
 INSTALLED := $(VENV)/.vecshm-installed
 RLLIB_INSTALLED := $(RLLIB_VENV)/.vecshm-installed
 
-.PHONY: install install-rllib test test-fast test-suite test-portable test-sb3 test-rllib lint format bench bench-pytest \
-	bench-full bench-train bench-ray clean
+.PHONY: install install-rllib test test-fast test-suite test-portable test-sb3 test-rllib test-wheel dist typecheck \
+	docs docs-serve check lint format bench bench-pytest bench-full bench-train bench-ray clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,8 +59,8 @@ RAY_SB3_TESTS := test_vec_envs and (SubprocVecEnv or test_subproc_start_method o
 # sb3-contrib's own tests on vecshm's classes (SB3's also on RayVecEnv); RLlib on vecshm, with the
 # tests checked against Gymnasium's AsyncVectorEnv again on the Gymnasium RLlib pins. Each stage
 # runs only what differs there (the markers in pyproject.toml).
-test: install  ## the README's test command: the suite, the portable transport, SB3's and sb3-contrib's own tests, RLlib
-	$(MAKE) --no-print-directory test-suite test-portable test-sb3 test-rllib
+test: install  ## the README's test command: the suite, the portable transport, SB3's and sb3-contrib's own tests, RLlib, the wheel
+	$(MAKE) --no-print-directory test-suite test-portable test-sb3 test-rllib test-wheel
 
 test-fast: install  ## what to run after each change (about 4 minutes on 2 cores): the suite less the tests marked slow
 	$(PYTEST) $(XDIST) -m "not slow"
@@ -79,13 +79,44 @@ test-sb3: install  ## SB3's and sb3-contrib's own tests on vecshm's classes, SB3
 test-rllib: install-rllib  ## RLlib on vecshm, and the tests checked against AsyncVectorEnv again on RLlib's Gymnasium
 	$(RLLIB_BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "rllib or gymnasium_peer"
 
+# The package as users get it: the sdist and the wheel built by the standard frontend (isolated,
+# from pyproject.toml alone), with no warning (setuptools warns of deprecated metadata there, and
+# of skipped byte-compilation where PYTHONDONTWRITEBYTECODE is set, as here: unset for the build),
+# and their metadata checked as PyPI would. Then the wheel installed into a fresh venv, not
+# editable, and its smoke tier (-m smoke) run from outside the checkout (.ci/wheel-smoke).
+dist: install  ## build the sdist and the wheel into dist/, failing on any build warning; twine check them
+	rm -rf dist
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m build --outdir dist . > dist.log 2>&1 || (cat dist.log; exit 1)
+	! grep -i -B2 -A2 warn dist.log
+	rm dist.log
+	$(BIN)/twine check --strict dist/*
+
+test-wheel: dist  ## the wheel in a fresh venv (not editable), its smoke tier run from outside the checkout
+	UV=$(UV) UV_ARGS="$(addprefix --find-links ,$(PIP_FIND_LINKS))" .ci/wheel-smoke dist/vecshm-*.whl $(PYTHON)
+
+# mypy at its default level over vecshm/ (the settings and the baseline in pyproject.toml), and a
+# user's code (tests/typed_client.py) under --strict: vecshm's errors there are the first run's.
+typecheck: install  ## mypy over vecshm/, and tests/typed_client.py strictly
+	$(BIN)/python -m mypy
+	$(BIN)/python -m mypy --strict --follow-imports=silent tests/typed_client.py
+
+docs: install  ## the docs site into site/, strictly: a broken link or API reference fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install  ## serve the docs site at http://127.0.0.1:8000, rebuilt on each change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+check: lint typecheck docs  ## what CI checks besides the tests: ruff, mypy, the docs site
+
+LINTED := vecshm tests benchmarks examples docs
+
 lint:  ## ruff lint and format check
-	$(BIN)/ruff check vecshm tests benchmarks examples
-	$(BIN)/ruff format --check vecshm tests benchmarks examples
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 format:
-	$(BIN)/ruff format vecshm tests benchmarks examples
-	$(BIN)/ruff check --fix vecshm tests benchmarks examples
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
 
 bench: install  ## the main job: vecshm vs SB3 and Gymnasium on the built-in pixel env, as a table
 	$(BIN)/python -m vecshm.bench
@@ -104,4 +135,4 @@ bench-ray: install  ## the cost of the Ray hop: RayVecEnv (one actor) against Sh
 	$(BIN)/python -m vecshm.bench -w frames vector pong -s "vecshm ShmVecEnv" "RayVecEnv" "SB3 SubprocVecEnv" -o bench-results/ray
 
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) build dist *.egg-info bench-results .pytest_cache .ruff_cache .sb3-sdist
+	rm -rf $(VENV) $(RLLIB_VENV) build dist dist.log site *.egg-info bench-results .pytest_cache .ruff_cache .mypy_cache .sb3-sdist

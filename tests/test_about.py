@@ -15,6 +15,8 @@ import vecshm
 from vecshm.about import OPTIONAL_PACKAGES, REQUIRED_PACKAGES
 from vecshm.shared.transport import native_available
 
+pytestmark = pytest.mark.smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -20,6 +20,7 @@ def venv(request):
     env.close()
 
 
+@pytest.mark.smoke
 def test_attributes_can_be_read_written_and_called_per_index(venv):
     assert venv.get_attr("tag") == [0, 1, 2, 3, 4]
     assert venv.get_attr("tag", indices=[4, 1]) == [4, 1]
@@ -33,6 +34,7 @@ def test_attributes_can_be_read_written_and_called_per_index(venv):
     assert venv.env_is_wrapped(gym.wrappers.RecordEpisodeStatistics, indices=[0]) == [False]
 
 
+@pytest.mark.smoke
 def test_render_tiles_rgb_arrays_like_sb3(venv):
     images = venv.get_images()
     assert [int(image[0, 0, 0]) for image in images] == [0, 1, 2, 3, 4]
@@ -47,6 +49,7 @@ def test_render_tiles_rgb_arrays_like_sb3(venv):
     assert venv.metadata == expected
 
 
+@pytest.mark.smoke
 def test_basic_attributes(venv):
     assert isinstance(venv, VecEnv)
     assert venv.num_envs == 5

@@ -94,6 +94,7 @@ def start_parent(method: str, script: str = PARENT_SCRIPT) -> tuple[subprocess.P
     return parent, [int(p) for p in line.split()]
 
 
+@pytest.mark.smoke
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("method", START_METHODS)
 def test_workers_exit_when_the_parent_is_killed(method):

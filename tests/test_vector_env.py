@@ -49,6 +49,7 @@ def lockstep(ours, reference, steps: int, seed: int = 0) -> None:
 DYNAMIC_KEYS = [key for key in SPACES if key.startswith("dyn_")]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode", list(AutoresetMode))
 @pytest.mark.parametrize("obs_key", sorted(SPACES))
 def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):

@@ -190,3 +190,22 @@ def test_python_3_14_s_default_start_method_changes_nothing_a_user_sees(tmp_path
         "ShmVecEnv": "forkserver",
     }
     assert assert_each_facade_matches_its_reference(today) == {"ShmVectorEnv": "forkserver", "ShmVecEnv": "forkserver"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_script_fed_on_standard_input_is_told_why_forkserver_and_spawn_cannot_run_it(tmp_path, method):
+    """Under forkserver and spawn every worker imports the main script again, and ``python - < train.py``
+    leaves none to import (``<stdin>``): the workers die on multiprocessing's FileNotFoundError, and
+    vecshm's error names the cause and the two ways out."""
+    program = (
+        "import gymnasium as gym\nfrom vecshm import ShmVecEnv\n"
+        f"ShmVecEnv([lambda: gym.make('CartPole-v1')], start_method={method!r})\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-"], input=program, cwd=tmp_path, capture_output=True, text=True, timeout=100, check=False
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "fed on standard input" in last and "Run it from a file" in last and 'start_method="fork"' in last

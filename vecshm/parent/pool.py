@@ -270,6 +270,11 @@ class WorkerPool:
         if during is not Phase.CONSTRUCTION or exitcode != 1 or method == "fork":
             return ""
         main = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main is not None and not os.path.isfile(main):  # python - < train.py: nothing to import
+            return (
+                f"\n\nWith start_method={method!r}, each worker first imports the main script, and this one "
+                f'({main}) is no file: it was fed on standard input. Run it from a file, or use start_method="fork".'
+            )
         script = f" ({main})" if main else ""
         return (
             f"\n\nWith start_method={method!r}, each worker first re-imports the main script{script}. A script "

@@ -105,7 +105,7 @@ def test_cuda_tensors_match_sync_vector_env(key: str) -> None:
 
 def _slow_stream(envs) -> None:
     """Queue a long kernel on vecshm's copy stream: the next copies start only after it."""
-    with torch.cuda.stream(envs._outputs.stream.stream):
+    with torch.cuda.stream(envs.run.outputs.stream.stream):
         torch.cuda._sleep(20_000_000)  # ~10 ms on a recent GPU
 
 
@@ -191,7 +191,7 @@ PARENT = textwrap.dedent(
             obs, *_, ids = envs.recv()
             envs.send(torch.zeros(len(ids), dtype=torch.int64), ids)
         print(" ".join(str(p.pid) for p in envs.processes), flush=True)
-        with torch.cuda.stream(envs._outputs.stream.stream):
+        with torch.cuda.stream(envs.run.outputs.stream.stream):
             torch.cuda._sleep(2_000_000_000)  # copies in flight when the parent dies
         envs.recv()
         sys.stdin.read()

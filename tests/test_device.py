@@ -284,7 +284,7 @@ class SlowStream:
 
 def _on_slow_stream(envs: Any, keep_in_flight: int = 1) -> SlowStream:
     stream = SlowStream()
-    envs._outputs = DeviceOutputs(stream, keep_in_flight)
+    envs.run.outputs = DeviceOutputs(stream, keep_in_flight)
     envs._lend = True
     return stream
 
@@ -308,7 +308,7 @@ def test_slots_and_staging_are_not_rewritten_while_a_slow_stream_still_copies_th
             out = envs.step(actions)
             delivered.append(out[:4])
             expected.append(reference.step(actions)[:4])
-            assert envs._outputs.guard.in_flight <= 2
+            assert envs.run.outputs.guard.in_flight <= 2
         stream.finish()
         for k, (got, want) in enumerate(zip(delivered, expected)):
             for g, w in zip(got, want):

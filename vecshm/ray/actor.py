@@ -117,7 +117,7 @@ class EnvHost:
         result as its worker pickled it. Neither is loaded here (:class:`~vecshm.shared.pickling.Pickled`)."""
         if name not in SB3_CALLS:
             raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
-        return self._run(name, lambda venv: venv._call_pickled(name, op, envs, args))
+        return self._run(name, lambda venv: venv.run.call_pickled(op, envs, args))
 
     def worker_pids(self) -> list[int]:
         """The pids of this actor's vecshm worker processes (for tests and for diagnosing a node)."""

@@ -9,13 +9,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.calls import call, call_pickled
 from vecshm.parent.delivery import NUMPY, NumpyOutputs
-from vecshm.parent.facade import EngineFacade
 from vecshm.parent.options import DEFAULT_INFO_BYTES
 from vecshm.parent.results import Batch
+from vecshm.parent.run import RunProperties, VecRun
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 
@@ -32,7 +30,7 @@ SB3_CALLS: dict[str, Callable[..., tuple[CallOp, tuple]]] = {
 }
 
 
-class ShmVecEnv(EngineFacade, VecEnv):
+class ShmVecEnv(RunProperties, VecEnv):
     """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.
 
     :param env_fns: factories, one per env (cloudpickled, so lambdas work with every start method)
@@ -90,9 +88,9 @@ class ShmVecEnv(EngineFacade, VecEnv):
         pin_memory: bool | None = None,
     ) -> None:
         self.waiting = False
-        self.closed = True  # until the engine is up: close() must not touch a half-built object
+        self.closed = True  # until the workers are up: close() must not touch a half-built object
         fns = list(env_fns)
-        self._start_engine(
+        self._run = VecRun(
             fns,
             batch_size,
             autoreset=AutoReset.SAME_STEP,
@@ -115,7 +113,7 @@ class ShmVecEnv(EngineFacade, VecEnv):
         self.copy = copy
         self._all_envs = list(range(len(fns)))
         try:
-            super().__init__(len(fns), self._engine.observation_space, self._engine.action_space)
+            super().__init__(len(fns), self._run.observation_space, self._run.action_space)
         except BaseException:
             self.close()
             raise
@@ -124,20 +122,15 @@ class ShmVecEnv(EngineFacade, VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         self._check_idle("step_async")
-        if self._batches.has_staged:
-            self._batches.forget_staged()
-        self._ticket = self._engine.send_step(actions, self.copy)
+        self._run.start_step(actions, self.copy)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        self._engine.check_usable()
+        self._run.check_usable()
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
-        try:
-            batch = self._engine.wait_all(self._ticket)
-        finally:
-            self.waiting = False
-            self._ticket = None
+        self.waiting = False
+        batch = self._run.finish()
         obs, rewards, terminated, truncated, infos = self._results(batch, NUMPY)
         return obs, rewards, terminated | truncated, infos
 
@@ -171,13 +164,13 @@ class ShmVecEnv(EngineFacade, VecEnv):
 
     def async_reset(self) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset observations batch by batch."""
-        self._engine.check_usable()
-        self._batches.reset(self._reset_requests())
+        self._run.check_usable()
+        self._run.async_reset(self._reset_requests())
         self._reset_seeds()
         self._reset_options()
 
     def _check_send(self) -> None:
-        self._engine.check_usable()
+        self._run.check_usable()
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.
@@ -185,21 +178,19 @@ class ShmVecEnv(EngineFacade, VecEnv):
         Infos follow SB3's conventions (``terminal_observation``, ``TimeLimit.truncated``); the
         info of an automatic reset is in ``reset_infos`` at the env's index.
         """
-        self._engine.check_usable()
-        self._outputs.before_batch()
-        batch = self._batches.recv()
-        self._last_batch = batch.env_ids
-        obs, rewards, terminated, truncated, infos = self._results(batch, self._outputs)
+        self._run.check_usable()
+        batch = self._run.recv()
+        obs, rewards, terminated, truncated, infos = self._results(batch, self._run.outputs)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:
-        self._engine.check_usable()
+        self._run.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
             self.waiting = False
-            self._engine.wait_all(self._ticket)
-        self._batches.drain()
-        ticket = self._engine.send_resets(self._reset_requests(), self._whole_slot(self.copy))
-        batch = self._engine.wait_all(ticket)
+            self._run.finish()
+        self._run.drain()
+        self._run.start_reset(self._reset_requests(), self.copy)
+        batch = self._run.finish()
         self.reset_infos = batch.infos()
         self._reset_seeds()
         self._reset_options()
@@ -219,17 +210,17 @@ class ShmVecEnv(EngineFacade, VecEnv):
             return
         self.closed = True
         self.waiting = False
-        self._close_engine()
+        self._run.close()
 
     def __repr__(self) -> str:
-        engine = getattr(self, "_engine", None)
-        if engine is None:
+        run = getattr(self, "_run", None)
+        if run is None:
             return f"{type(self).__name__}(<not started>)"
-        sizes = sorted({b - a for a, b in engine.plan.process_slices})
+        sizes = sorted({b - a for a, b in run.plan.process_slices})
         per_worker = "/".join(map(str, sizes))
         return (
-            f"{type(self).__name__}(num_envs={engine.num_envs}, workers={engine.plan.num_processes}x{per_worker} envs, "
-            f"start_method={engine.start_method!r}, shared={engine.nbytes / 2**20:.2f} MiB, "
+            f"{type(self).__name__}(num_envs={run.num_envs}, workers={run.plan.num_processes}x{per_worker} envs, "
+            f"start_method={run.start_method!r}, shared={run.nbytes / 2**20:.2f} MiB, "
             f"{'closed' if self.closed else 'open'})"
         )
 
@@ -268,20 +259,14 @@ class ShmVecEnv(EngineFacade, VecEnv):
         call's to ``step_wait``, and ``DummyVecEnv`` has not stepped yet, so no answer is the peers'."""
         op, call_args = SB3_CALLS[name](*args, **kwargs)
         self._check_idle(name)
-        return call(self._engine, op, env_ids, *call_args)
-
-    def _call_pickled(self, name: str, op: CallOp, env_ids: Sequence[int], args: Pickled) -> list[bytes]:
-        """:meth:`_call` with the engine's arguments still pickled and the results left pickled, for
-        a Ray actor that passes both on (:class:`~vecshm.shared.pickling.Pickled` says why)."""
-        self._check_idle(name)
-        return call_pickled(self._engine, op, env_ids, args)
+        return self._run.call(op, env_ids, *call_args)
 
     def _check_idle(self, name: str) -> None:
         """Raise unless the vec env is usable and no step holds its workers (``name``: the caller's method)."""
-        self._engine.check_usable()
+        self._run.check_usable()
         if self.waiting:
             raise AlreadyPendingCallError(f"{name}() was called while a step is pending; call step_wait() first")
-        if self._batches.active:
+        if self._run.in_flight:
             raise AlreadyPendingCallError(
                 f"{name}() was called while envs are in flight from send()/async_reset(); recv() them first"
             )

@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
+from vecshm.parent.run import VecRun
 from vecshm.shared.errors import SpaceMismatchError, WorkerError
 from vecshm.shared.protocol import AutoReset
 
@@ -199,17 +200,17 @@ def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
 
 
 def vector_spaces(
-    engine: Any, num_envs: int, observation_mode: Any
+    run: VecRun, num_envs: int, observation_mode: Any
 ) -> tuple[gym.Space, gym.Space, gym.Space, gym.Space]:
     """``(single_observation_space, observation_space, single_action_space, action_space)`` as
     AsyncVectorEnv sets them for ``observation_mode`` (checked already by ``check_async_options``)."""
-    single_action = engine.action_space
+    single_action = run.action_space
     if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
         observation_space, single_observation = observation_mode
     elif observation_mode == "same":
-        single_observation = engine.observation_space
+        single_observation = run.observation_space
         observation_space = batch_space(single_observation, num_envs)
     else:  # "different": every env's own space
-        spaces = [obs_space for obs_space, _ in engine.env_spaces]
+        spaces = [obs_space for obs_space, _ in run.env_spaces]
         single_observation, observation_space = spaces[0], batch_differing_spaces(spaces)
     return single_observation, observation_space, single_action, batch_space(single_action, num_envs)

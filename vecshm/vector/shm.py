@@ -13,10 +13,9 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 
-from vecshm.parent.calls import call
-from vecshm.parent.facade import EngineFacade
 from vecshm.parent.options import DEFAULT_INFO_BYTES, tuple_of_values
 from vecshm.parent.results import Batch
+from vecshm.parent.run import RunProperties, VecRun
 from vecshm.parent.start_methods import gymnasium_start_method
 from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
@@ -42,7 +41,7 @@ class _State(Enum):
     WAITING_CALL = "call"
 
 
-class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
+class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     """Gymnasium's vector API on shared memory; accepts ``AsyncVectorEnv``'s constructor keywords.
 
     >>> import gymnasium as gym
@@ -96,7 +95,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         device: Any = None,
         pin_memory: bool | None = None,
     ) -> None:
-        self.closed = True  # until the engine is up
+        self.closed = True  # until the workers are up
         self.env_fns = env_fns
         self.worker = worker  # None here: ShmVectorEnv(worker=fn) is a ShmVectorEnvOnPipes
         self.shared_memory = shared_memory  # always shared here; kept for AsyncVectorEnv compatibility
@@ -110,7 +109,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
         fns = list(env_fns)
-        self._start_engine(
+        self._run = run = VecRun(
             fns,
             batch_size,
             autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else AUTORESET[self.autoreset_mode],
@@ -133,21 +132,19 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self.closed = False
         self.device = device
         # whole batches come lent from a slot for copies (``copy``) and for copies to a device
-        self._lend = copy or self._outputs.lends
+        self._lend = copy or run.outputs.lends
         self._state = _State.DEFAULT
-        self.num_envs = self._engine.num_envs
+        self.num_envs = run.num_envs
         self._all = list(range(self.num_envs))
         self._all_ids = np.arange(self.num_envs)
         try:
-            single_obs, obs_space, single_action, action_space = vector_spaces(
-                self._engine, self.num_envs, observation_mode
-            )
+            single_obs, obs_space, single_action, action_space = vector_spaces(run, self.num_envs, observation_mode)
             self.single_observation_space, self.observation_space = single_obs, obs_space
             self.single_action_space, self.action_space = single_action, action_space
             if shared_memory:
                 refuse_what_shared_memory_refuses(self.single_observation_space)
-            metadata = call(self._engine, CallOp.GET_ATTR, [0], "metadata")[0]
-            render_mode = call(self._engine, CallOp.GET_ATTR, [0], "render_mode")[0]
+            metadata = run.call(CallOp.GET_ATTR, [0], "metadata")[0]
+            render_mode = run.call(CallOp.GET_ATTR, [0], "render_mode")[0]
         except BaseException:
             self.close()
             raise
@@ -175,19 +172,18 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             options = dict(options)
             mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         self._reset_mask = mask
-        if self._batches.has_staged:
-            self._batches.forget_staged()
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
-        self._ticket = self._engine.send_resets(requests, self._whole_slot(self._lend))
+        self._run.start_reset(requests, self._lend)
         self._state = _State.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         batch = self._wait_pending(_State.WAITING_RESET, "reset_wait", "reset_async", timeout)
         # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
         chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
-        return self._outputs.observations(batch, self.copy), vector_infos(batch, self.num_envs, chosen, chosen, self)
+        obs = self._run.outputs.observations(batch, self.copy)
+        return obs, vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
 
@@ -202,9 +198,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "step_async")
-        if self._batches.has_staged:
-            self._batches.forget_staged()
-        self._ticket = self._engine.send_step(actions, self._lend)
+        self._run.start_step(actions, self._lend)
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -216,7 +210,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._assert_is_running()
         self._expect_pending(state, call, opener)
         try:
-            return self._engine.wait_all(self._ticket, timeout=timeout)
+            return self._run.finish(timeout)
         except WorkerError as error:
             raise_as_async_vector_env(error)
         finally:
@@ -248,7 +242,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             whole = batch.env_ids is None
             id_array = self._all_ids if whole else batch.env_ids
             infos = vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
-        return (*self._outputs.step(batch, batch.rewards, self.copy), infos)
+        return (*self._run.outputs.step(batch, batch.rewards, self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -256,7 +250,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
         self._expect_state(_State.DEFAULT, "async_reset")
-        self._batches.reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
+        self._run.async_reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
     def _check_send(self) -> None:
         self._assert_is_running()
@@ -269,9 +263,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         """
         self._assert_is_running()
         try:
-            self._outputs.before_batch()
-            batch = self._batches.recv(timeout)
-            self._last_batch = batch.env_ids
+            batch = self._run.recv(timeout)
         except WorkerError as error:
             raise_as_async_vector_env(error)
         return (*self._results(batch), batch.env_ids)  # type: ignore[return-value]  # recv's batches name their envs
@@ -300,7 +292,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         try:
-            return tuple(call(self._engine, CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
+            return tuple(self._run.call(CallOp.ENV_METHOD, self._all, name, args, kwargs, True))
         except WorkerError as error:
             raise_as_async_vector_env(error)
 
@@ -319,7 +311,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
         self._expect_state(_State.DEFAULT, "set_attr")
         try:
             for i, value in enumerate(values):
-                call(self._engine, CallOp.SET_ATTR, [i], name, value, True)
+                self._run.call(CallOp.SET_ATTR, [i], name, value, True)
         except WorkerError as error:
             raise_as_async_vector_env(error)
 
@@ -346,7 +338,7 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
             except Exception:  # a failed or timed-out call: the workers are shut down below anyway
                 pass
         self._state = _State.DEFAULT
-        self._close_engine()
+        self._run.close()
 
     def __enter__(self) -> ShmVectorEnv:
         return self
@@ -372,10 +364,10 @@ class ShmVectorEnv(EngineFacade, gym.vector.VectorEnv):
     def _assert_is_running(self) -> None:
         if self.closed:
             raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-        self._engine.check_usable()
+        self._run.check_usable()
 
     def _expect_state(self, state: _State, call: str) -> None:
-        if call not in ("send", "async_reset") and self._batches.active:
+        if call not in ("send", "async_reset") and self._run.in_flight:
             raise AlreadyPendingCallError(
                 f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
             )

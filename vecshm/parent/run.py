@@ -1,0 +1,332 @@
+"""One vec env's run: the calls every facade makes, whatever API it speaks.
+
+A facade maps its peer's keywords, keeps its peer's state rules (SB3's ``waiting``,
+``AsyncVectorEnv``'s pending-call states and messages) and shapes results as its peer does.
+Everything about running the envs goes through a :class:`VecRun`, written once, as EnvPool's
+Python layer writes send/recv/step/reset once for every API flavour:
+
+- a whole batch: :meth:`VecRun.start_step` or :meth:`VecRun.start_reset`, then :meth:`VecRun.finish`,
+  which returns a :class:`~vecshm.parent.results.Batch` (the command pending between them is the
+  run's, not the facade's);
+- EnvPool-style batches: :meth:`VecRun.async_reset`, :meth:`VecRun.send`, :meth:`VecRun.recv`;
+- calls on some envs (:meth:`VecRun.call`), and what a caller may inspect.
+
+It owns the engine, its async batches, the outputs (numpy arrays, or torch tensors for a
+``device``) and the CUDA registration of the segment (``pin_memory``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.parent.balance import CoreBalance
+from vecshm.parent.batching import AsyncBatches
+from vecshm.parent.calls import call, call_pickled
+from vecshm.parent.delivery import NumpyOutputs, build_outputs, output_device
+from vecshm.parent.engine import Engine
+from vecshm.parent.options import EngineOptions
+from vecshm.parent.plan import VecEnvPlan
+from vecshm.parent.results import Batch
+from vecshm.parent.start_methods import default_start_method
+from vecshm.parent.waiting import Ticket, WaitObserver
+from vecshm.shared.buffers import Buffers
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.shared.pickling import Pickled
+from vecshm.shared.protocol import CallOp
+
+__all__ = ["Runtime", "RunProperties", "VecRun"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a vec env runs, as decided when it started: ``start_method`` and ``transport``
+    (``"native"`` or ``"portable"``, see docs/design.md); ``worker_cores``: each process's cores
+    (None: not pinned); ``nbytes``: the shared segment's size; ``ring``: whether async batches
+    lend the observation rows the workers wrote (else they are copied; docs/design.md)."""
+
+    start_method: str
+    transport: str
+    worker_cores: list[list[int] | None]
+    nbytes: int
+    ring: bool
+
+
+class VecRun:
+    """The workers of one vec env, and the commands, batches and calls a facade sends them."""
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        batch_size: int | None,
+        device: Any = None,
+        pin_memory: bool | None = None,
+        **options: Any,
+    ) -> None:
+        """Start the workers (``options`` are :class:`~vecshm.parent.options.EngineOptions`), the async
+        batches of ``batch_size`` envs, and the outputs for ``device`` (the segment registered with
+        CUDA for ``pin_memory``); nothing is left running if any fails."""
+        # the plan sizes its commands for the batches (see vecshm.parent.plan); AsyncBatches checks the size
+        batch = int(batch_size) if isinstance(batch_size, (int, np.integer)) else None
+        engine_options = EngineOptions(async_batch=batch, **options)
+        start_method = engine_options.start_method or default_start_method()
+        target, pin = output_device(device, pin_memory, start_method, engine_options.restarts)
+        self._engine = engine = Engine(env_fns, engine_options)
+        self._pending: Ticket | None = None  # the whole-batch command between a start_* and its finish
+        self._last_batch: np.ndarray | None = None  # the envs the last recv returned: send's default
+        self._registration: Any = None
+        try:
+            self._batches = AsyncBatches(engine, batch_size)
+            # after the workers started: none may inherit CUDA
+            self.outputs, self._registration = build_outputs(target, pin, engine.buffers.mapping)
+        except BaseException:
+            engine.close()
+            raise
+
+    outputs: NumpyOutputs
+    """What results become: numpy arrays, or torch tensors (``device=``; :mod:`vecshm.parent.delivery`)."""
+
+    # -- the envs ---------------------------------------------------------------------------------
+
+    @property
+    def num_envs(self) -> int:
+        return self._engine.num_envs
+
+    @property
+    def observation_space(self) -> gym.Space:
+        """The first env's observation space (each env's: :attr:`env_spaces`)."""
+        return self._engine.observation_space
+
+    @property
+    def action_space(self) -> gym.Space:
+        return self._engine.action_space
+
+    @property
+    def env_spaces(self) -> list[tuple[gym.Space, gym.Space]]:
+        """Every env's ``(observation_space, action_space)``, as its worker reported them."""
+        return self._engine.env_spaces
+
+    # -- whole batches ----------------------------------------------------------------------------
+
+    def start_step(self, actions: Any, lend: bool) -> None:
+        """Step every env on its row of ``actions`` (checked first); :meth:`finish` returns the
+        results. ``lend``: observations in a slot the batch lends, else views of slot 0 that the next
+        command overwrites. Actions staged for async batches are dropped: every env gets one now."""
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        self._pending = self._engine.send_step(actions, lend)
+
+    def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:
+        """Reset every env whose ``requests[i]`` holds its ``reset`` keywords; an env whose request is
+        None keeps its observation, rewritten into the batch's slot (:meth:`finish` returns it whole)."""
+        if self._batches.has_staged:
+            self._batches.forget_staged()
+        slot = self._engine.slots.acquire() if lend else 0
+        self._pending = self._engine.send_resets(list(requests), slot)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a whole-batch command was started and not finished."""
+        return self._pending is not None
+
+    def finish(self, timeout: float | None = None) -> Batch:
+        """Wait for the pending command (no longer pending, whatever happens); its results.
+        ``timeout`` (seconds) overrides the run's ``step_timeout``."""
+        ticket, self._pending = self._pending, None
+        if ticket is None:
+            raise NoAsyncCallError("finish() was called with no command pending")
+        return self._engine.wait_all(ticket, timeout=timeout)
+
+    # -- async batches (EnvPool style) ------------------------------------------------------------
+
+    def async_reset(self, requests: Sequence[dict[str, Any] | None]) -> None:
+        """Reset every env without waiting (whatever was in flight is finished and dropped first);
+        :meth:`recv` returns the results batch by batch."""
+        self._batches.reset(list(requests))
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the batch the last :meth:`recv` returned) without waiting."""
+        if env_ids is None:
+            if self._last_batch is None:
+                raise ValueError("send() needs env_ids before the first recv()")
+            env_ids = self._last_batch
+        self._batches.send(actions, env_ids)
+
+    def recv(self, timeout: float | None = None) -> Batch:
+        """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``)."""
+        self.outputs.before_batch()
+        batch = self._batches.recv(timeout)
+        self._last_batch = batch.env_ids
+        return batch
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether envs sent with ``send`` (or ``async_reset``) have not all come back from ``recv`` yet."""
+        return self._batches.active
+
+    def drain(self) -> None:
+        """Finish and drop whatever async batches have in flight (before a synchronous command)."""
+        self._batches.drain()
+
+    # -- calls on some envs -----------------------------------------------------------------------
+
+    def call(self, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
+        """The rare operation ``op`` (:class:`~vecshm.shared.protocol.CallOp`) on ``env_ids``; each env's result."""
+        return call(self._engine, op, env_ids, *args)
+
+    def call_pickled(self, op: CallOp, env_ids: Sequence[int], args: tuple[Any, ...] | Pickled) -> list[bytes]:
+        """:meth:`call` with the arguments maybe still pickled and the results left pickled, for a
+        process that passes both on (a Ray actor; :class:`~vecshm.shared.pickling.Pickled`). Refused
+        while a command or an async batch holds the workers."""
+        self.check_usable()
+        if self.pending or self.in_flight:
+            raise AlreadyPendingCallError(f"{op.name} was called while envs are stepping; finish or recv() them first")
+        return call_pickled(self._engine, op, env_ids, args)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        """Raise ``ClosedError`` after :meth:`close`, ``FailedError`` after a failure."""
+        self._engine.check_usable()
+
+    def close(self) -> None:
+        """Finish the copies in flight, unregister the segment, then stop the workers (in that
+        order: a registration must be undone while its memory is still mapped)."""
+        self._pending = None
+        try:
+            self.outputs.close()
+        finally:
+            if self._registration is not None:
+                self._registration.close()
+            self._engine.close()
+
+    # -- what a caller may inspect ----------------------------------------------------------------
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether the segment is page-locked and registered with CUDA (``pin_memory``)."""
+        return self._registration is not None
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes (``multiprocessing.Process``), one per process of the plan; a
+        restarted worker's new process replaces its old one."""
+        return list(self._engine.pool.processes)
+
+    @property
+    def plan(self) -> VecEnvPlan:
+        """Which envs each worker process hosts, and each command runs on (see :mod:`vecshm.parent.plan`)."""
+        return self._engine.plan
+
+    @property
+    def start_method(self) -> str:
+        return self._engine.start_method
+
+    @property
+    def nbytes(self) -> int:
+        """The shared segment's size in bytes."""
+        return self._engine.nbytes
+
+    @property
+    def runtime(self) -> Runtime:
+        engine = self._engine
+        return Runtime(
+            engine.start_method,
+            engine.transport.name,
+            [None if cores is None else list(cores) for cores in engine.worker_cores],
+            engine.nbytes,
+            self._batches.ring is not None,
+        )
+
+    @property
+    def segment(self) -> Buffers:
+        """The shared segment's arrays by name (control words, rewards, info arenas, observation
+        slots; see :mod:`vecshm.shared.buffers`), for diagnostics: read them, never write them."""
+        return self._engine.buffers
+
+    @property
+    def core_balance(self) -> CoreBalance:
+        """Whether the workers keep off the parent's core during async batches, and the measured
+        ratio that decided it (``reserved``, ``ratio``; see :mod:`vecshm.parent.balance`)."""
+        return self._engine.balance
+
+    @property
+    def observer(self) -> WaitObserver | None:
+        """An object told of every wait for workers, and every sleep within one (None: none); see
+        :class:`vecshm.parent.waiting.WaitObserver`. For benchmarks and profilers: the step path checks
+        for it once per wait."""
+        return self._engine.waiter.observer
+
+    @observer.setter
+    def observer(self, observer: WaitObserver | None) -> None:
+        self._engine.waiter.observer = observer
+
+
+class RunProperties:
+    """What both facades show of their :class:`VecRun` (``self.run``), and EnvPool's ``send``."""
+
+    _run: VecRun
+
+    @property
+    def run(self) -> VecRun:
+        """The vec env's run: the workers, and the commands, batches and calls sent to them."""
+        return self._run
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether the segment is page-locked and registered with CUDA (``pin_memory``)."""
+        return self._run.pin_memory
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes (``multiprocessing.Process``), as the peers' ``processes``: one per
+        worker process, each hosting ``envs_per_worker`` envs, so fewer than ``num_envs`` when a
+        process hosts several. A restarted worker's new process replaces its old one."""
+        return self._run.processes
+
+    @property
+    def plan(self) -> VecEnvPlan:
+        """Which envs each worker process hosts, and each command runs on (see :mod:`vecshm.parent.plan`)."""
+        return self._run.plan
+
+    @property
+    def runtime(self) -> Runtime:
+        """How the vec env runs: start method, transport, cores, segment size, ring."""
+        return self._run.runtime
+
+    @property
+    def segment(self) -> Buffers:
+        """The shared segment's arrays by name, for diagnostics: read them, never write them."""
+        return self._run.segment
+
+    @property
+    def core_balance(self) -> CoreBalance:
+        """Whether the workers keep off the parent's core during async batches (see :mod:`vecshm.parent.balance`)."""
+        return self._run.core_balance
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether envs sent with ``send`` (or ``async_reset``) have not all come back from ``recv`` yet."""
+        return self._run.in_flight
+
+    @property
+    def observer(self) -> WaitObserver | None:
+        """An object told of every wait for workers (see :class:`vecshm.parent.waiting.WaitObserver`)."""
+        return self._run.observer
+
+    @observer.setter
+    def observer(self, observer: WaitObserver | None) -> None:
+        self._run.observer = observer
+
+    def _check_send(self) -> None:
+        """Raise if the facade's state does not allow ``send`` now (each peer has its own rules)."""
+        raise NotImplementedError
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
+        self._check_send()
+        self._run.send(actions, env_ids)

@@ -52,7 +52,7 @@ def last_step(engine: Engine, n: int) -> Any:
     """A reset, then one step of every env, whose results (a ``vecshm.parent.results.Batch``) can be read
     again and again."""
     engine.wait_all(engine.send_resets([{}] * n, 0))
-    return engine.wait_all(engine.send_step(np.zeros(n, np.int64), copy=False))
+    return engine.wait_all(engine.start_step(engine.plan.all_workers, 0, engine.actions.write(np.zeros(n, np.int64))))
 
 
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:

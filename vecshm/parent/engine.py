@@ -31,13 +31,26 @@ from vecshm.parent.waiting import Ticket, Waiter, new_ticket
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
-from vecshm.shared.protocol import Command, Phase, Status
+from vecshm.shared.protocol import Command, Phase
 from vecshm.shared.registry import snapshot_registry
 from vecshm.shared.transport import choose_transport
 
-__all__ = ["Engine", "EngineState"]
+__all__ = ["Engine", "EngineState", "finished_workers"]
 
-_ERROR = int(Status.ERROR)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
+Ready = Callable[[Ticket], "np.ndarray | None"]  # the workers of a ticket whose results may be read, or None
+
+
+def finished_workers(buffers: Buffers, need: int | None = None) -> Ready:
+    """``ready`` for :meth:`Engine.collect`: the first ``need`` (default: all) of a ticket's
+    workers to have finished, in the ticket's order, once that many have."""
+
+    def finished(ticket: Ticket) -> np.ndarray | None:
+        workers = ticket.workers
+        n = len(workers) if need is None else need
+        done = workers[buffers.done_seq[workers] == ticket.expected]
+        return done[:n] if len(done) >= n else None
+
+    return finished
 
 
 class EngineState(Enum):
@@ -120,14 +133,6 @@ class Engine:
                 getattr(self, part).close()
         self._finalizer()
 
-    def send_step(self, actions: Any, copy: bool) -> Ticket:
-        """Write one row of ``actions`` per env and start a step on every worker; ``wait_all``
-        returns its results (``copy``: observations the caller owns; else views of slot 0)."""
-        dynamic = self.actions.write(actions)
-        if self.balance.active:  # every worker runs at once: every core for them
-            self.balance.release()
-        return self.start_step(self.plan.all_workers, self.slots.acquire() if copy else 0, dynamic)
-
     def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
         """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
         Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.restart`)."""
@@ -194,47 +199,19 @@ class Engine:
             raise
 
     def wait_all(self, ticket: Ticket, timeout: float | None = None) -> Batch:
-        """Wait for a command every worker was sent (:meth:`send_step`, :meth:`send_resets`); its results."""
+        """Wait for a command every worker was sent (a step, :meth:`send_resets`); its results."""
         try:
-            collected = self.collect(ticket, timeout=timeout)
+            collected = self.collect(ticket, finished_workers(self.buffers), timeout)
         except BaseException:
             self.slots.release(ticket.slot)  # nobody will read it; the workers finish before their next command
             raise
         return Batch(self.reader, None, collected.extras, self.slots.lend(ticket.slot) if ticket.slot > 0 else None)
 
-    def collect(self, ticket: Ticket, need: int | None = None, timeout: float | None = None) -> Collected:
-        """Wait until ``need`` (default: all) of ``ticket``'s workers finished; exactly those (the
-        first found, in the ticket's order), with their extras. ``timeout`` overrides the engine's."""
-        b, need = self.buffers, len(ticket.workers) if need is None else need
-
-        def finished(ticket: Ticket) -> np.ndarray | None:
-            workers = ticket.workers
-            done = workers[b.done_seq[workers] == ticket.expected]
-            return done[:need] if len(done) >= need else None
-
-        return self._collect(ticket, timeout, finished)
-
-    def collect_units(self, units: np.ndarray, ticket: Ticket, timeout: float | None = None) -> Collected:
-        """Wait until the ring's ``units`` hold finished steps (see :mod:`vecshm.parent.ring`); the workers
-        that wrote them, in unit order. ``ticket``'s workers are those in flight, one of which will
-        claim each unit; one that fails claims none, so its error ends the wait."""
-        b, ring = self.buffers, self.ring
-
-        def written(ticket: Ticket) -> np.ndarray | None:
-            # A failed worker claims no unit, so others could fill every batch while its error
-            # waits unseen: the error comes first, once its worker has published it.
-            workers = ticket.workers
-            if _ERROR in b.status[workers].tolist():
-                failed = (b.done_seq[workers] == ticket.expected) & (b.status[workers] == _ERROR)
-                if np.count_nonzero(failed):
-                    return workers[failed]
-            return ring.owners(units)
-
-        return self._collect(ticket, timeout, written)
-
-    def _collect(self, ticket: Ticket, timeout: float | None, ready: Callable[[Ticket], Any]) -> Collected:
-        """Wait until ``ready`` names finished workers, then read their sockets (errors raise). A
-        restarted worker's envs end their lost episode once its reset is collected (maybe later)."""
+    def collect(self, ticket: Ticket, ready: Ready, timeout: float | None = None) -> Collected:
+        """Wait until ``ready`` names finished workers of ``ticket`` (:func:`finished_workers`, or the
+        ring's units written), then read their sockets (errors raise); those workers, with their
+        extras. ``timeout`` overrides the engine's. A restarted worker's envs end their lost episode
+        once its reset is collected (maybe later)."""
         policy = self.policy
         try:
             done, ticket = self.waiter.wait(

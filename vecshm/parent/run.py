@@ -118,7 +118,11 @@ class VecRun:
         command overwrites. Actions staged for async batches are dropped: every env gets one now."""
         if self._batches.has_staged:
             self._batches.forget_staged()
-        self._pending = self._engine.send_step(actions, lend)
+        engine = self._engine
+        dynamic = engine.actions.write(actions)
+        if engine.balance.active:  # every worker runs at once: every core for them
+            engine.balance.release()
+        self._pending = engine.start_step(engine.plan.all_workers, engine.slots.acquire() if lend else 0, dynamic)
 
     def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:
         """Reset every env whose ``requests[i]`` holds its ``reset`` keywords; an env whose request is

@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vecshm.parent.engine import Engine, Ready, finished_workers
-from vecshm.parent.plan import slice_sizes
 from vecshm.parent.results import NO_EXTRAS, Batch, Extras
 from vecshm.parent.ring import UnitRing, units_spanned
 from vecshm.parent.waiting import Ticket, new_ticket
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import Phase, Status
+from vecshm.shared.slices import slice_sizes
 from vecshm.shared.units import CLAIM
 
 __all__ = ["AsyncBatches"]

@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from vecshm.shared.slices import split_envs
+
 __all__ = [
     "THREAD_LIMIT_VARS",
     "Topology",
@@ -81,8 +83,6 @@ def topology(num_envs: int | None = None, envs_per_worker: int | None = None) ->
     >>> from vecshm import topology
     >>> print(topology(8))  # doctest: +SKIP
     """
-    from vecshm.parent.plan import split_envs
-
     allowed = usable_cores()
     groups = _physical_groups(allowed)
     logical = os.cpu_count() or len(allowed)

@@ -23,11 +23,11 @@ from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 
-from vecshm.parent.start_methods import preload_in_forkserver
+from vecshm.parent.processes.start_methods import preload_in_forkserver
 
 # SB3's SubprocVecEnv, the reference in several parity tests, imports SB3 and torch in each of its
 # workers (3.7 s for 4 envs here). The forkserver imports them once instead, as vecshm has it do for
-# its own worker module (vecshm.parent.start_methods.preload_in_forkserver, added when the server starts),
+# its own worker module (vecshm.parent.processes.start_methods.preload_in_forkserver, added when the server starts),
 # and the tests' helper modules, whose envs and factories every test's workers load. Only start-up
 # time changes.
 multiprocessing.set_forkserver_preload(

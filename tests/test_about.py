@@ -66,7 +66,7 @@ def test_the_transport_and_segment_are_those_a_vec_env_would_use(wanted: str) ->
 def test_start_methods_are_those_the_facades_pick(report: dict) -> None:
     import multiprocessing as mp
 
-    from vecshm.parent.start_methods import default_start_method
+    from vecshm.parent.processes.start_methods import default_start_method
 
     methods = report["start_method"]
     assert methods["ShmVecEnv"] == default_start_method()

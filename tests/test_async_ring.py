@@ -1,4 +1,4 @@
-"""Async batches through the ring (:mod:`vecshm.parent.ring`): rows lent in finishing order, every env's
+"""Async batches through the ring (:mod:`vecshm.parent.handback.ring`): rows lent in finishing order, every env's
 results bit-identical to a synchronous run, lent batches never overwritten while held, and the
 usual clear errors when a worker fails mid-batch."""
 
@@ -25,10 +25,10 @@ from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-import vecshm.parent.ring
+import vecshm.parent.handback.ring
 from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
-from vecshm.parent.batching import AsyncBatches
-from vecshm.parent.engine import Engine
+from vecshm.parent.core.batching import AsyncBatches
+from vecshm.parent.core.engine import Engine
 from vecshm.parent.options import EngineOptions
 from vecshm.shared.protocol import AutoReset
 
@@ -41,7 +41,7 @@ RING_SPACES = [key for key in SPACES if not key.startswith("dyn_")] + ["dyn_mixe
 @pytest.fixture
 def ring_always(monkeypatch):
     """Use the ring however small the observations (it is a parent-side choice; workers follow)."""
-    monkeypatch.setattr(vecshm.parent.ring, "RING_MIN_UNIT_BYTES", 0)
+    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0)
 
 
 def action(env: int, k: int) -> int:

@@ -1,4 +1,4 @@
-"""The parent's core during async batches (:mod:`vecshm.parent.balance`): the workers leave it while the
+"""The parent's core during async batches (:mod:`vecshm.parent.core.balance`): the workers leave it while the
 parent's work measures heavy against theirs, come back when it measures light, and come back at
 once for a synchronous command; a caller's own placement is never touched."""
 
@@ -15,8 +15,8 @@ import pytest
 
 import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent import balance
-from vecshm.parent.balance import CoreBalance
+from vecshm.parent.core import balance
+from vecshm.parent.core.balance import CoreBalance
 from vecshm.shared.affinity import usable_cores
 
 pytestmark = pytest.mark.skipif(

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 from vecshm import ShmVecEnv, ShmVectorEnv  # noqa: E402
-from vecshm.parent import cuda  # noqa: E402
+from vecshm.parent.handback import cuda  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTEXT = "forkserver"  # never fork from a process using CUDA (vecshm refuses it)

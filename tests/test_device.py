@@ -20,7 +20,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from tests.conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent.delivery import CopyGuard, DeviceOutputs
+from vecshm.parent.handback.delivery import CopyGuard, DeviceOutputs
 
 torch = pytest.importorskip("torch")
 

@@ -389,7 +389,7 @@ def run_script(tmp_path, source: str, timeout: float = 240) -> subprocess.Comple
 @pytest.mark.slow
 def test_the_forkserver_starts_with_vecshm_s_worker_modules_and_the_program_s_own_preloads(tmp_path):
     """Workers fork from a server that has already imported NumPy, Gymnasium and vecshm, instead of
-    importing them each (vecshm.parent.start_methods.preload_in_forkserver); a preload the program asked
+    importing them each (vecshm.parent.processes.start_methods.preload_in_forkserver); a preload the program asked
     for (sqlite3 here) is kept. Seen from the server's memory maps: the modules' shared objects."""
     result = run_script(
         tmp_path,

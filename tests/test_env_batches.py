@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-import vecshm.parent.ring
+import vecshm.parent.handback.ring
 from vecshm import (
     AlreadyPendingCallError,
     ClosedError,
@@ -130,7 +130,7 @@ def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, mon
     key = list(SPACES)[rng.integers(len(SPACES))]
     n, per_worker = int(rng.integers(2, 13)), int(rng.integers(1, 5))
     batch, ring = int(rng.integers(1, n + 1)), bool(rng.integers(2))
-    monkeypatch.setattr(vecshm.parent.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
+    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
     histories: dict[int, list] = defaultdict(list)
     held: list[Any] = []
     with ShmVectorEnv(
@@ -159,7 +159,7 @@ def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, mo
     """Terminal observations, ``TimeLimit.truncated`` and piped infos of envs a finished worker left
     for a later ``recv``; from the ring, batches of whole workers and batches that end inside a
     worker's unit, sent back in parts."""
-    monkeypatch.setattr(vecshm.parent.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
+    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
     fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(6)]
     rng = np.random.default_rng(3)
     histories: dict[int, list] = defaultdict(list)

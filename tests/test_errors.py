@@ -32,7 +32,7 @@ from vecshm import (
     WorkerDiedError,
     WorkerError,
 )
-from vecshm.parent.pool import CLOSE_GRACE_SECONDS
+from vecshm.parent.processes.pool import CLOSE_GRACE_SECONDS
 from vecshm.shared.buffers import INFO_PIPED
 
 ZEROS = np.zeros(4, dtype=np.int64)

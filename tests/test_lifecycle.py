@@ -26,8 +26,8 @@ from conftest import (
 from faulty_envs import faulty, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent.pool import CLOSE_GRACE_SECONDS, WorkerPool
-from vecshm.parent.processes import ctrl_c_after_the_starts
+from vecshm.parent.processes.lifetime import ctrl_c_after_the_starts
+from vecshm.parent.processes.pool import CLOSE_GRACE_SECONDS, WorkerPool
 from vecshm.shared.protocol import Phase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

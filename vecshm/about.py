@@ -50,7 +50,7 @@ def installed_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
 def facts(cuda: bool = True) -> dict[str, Any]:
     """The report as a dict of plain values (JSON-ready); ``cuda=False`` skips importing torch."""
     from vecshm import __version__
-    from vecshm.parent.start_methods import default_start_method, platform_start_method
+    from vecshm.parent.processes.start_methods import default_start_method, platform_start_method
     from vecshm.shared.affinity import topology
     from vecshm.shared.transport import ENV_VAR, choose_transport, native_available
 
@@ -100,7 +100,7 @@ def _segment(native: bool) -> dict[str, Any]:
 
 
 def _gymnasium_rule(platform_default: str, safe_default: str) -> str:
-    """``ShmVectorEnv(context=None)``'s choice, which depends on the script (parent/start_methods.py)."""
+    """``ShmVectorEnv(context=None)``'s choice, which depends on the script (parent/processes/start_methods.py)."""
     if platform_default == "fork":
         return f"{safe_default} where workers can import the main script, else fork (as AsyncVectorEnv forks)"
     return safe_default

@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 import vecshm.shared.info_columns
-from vecshm.parent.engine import Engine
+from vecshm.parent.core.engine import Engine
 from vecshm.parent.options import EngineOptions
 from vecshm.shared.protocol import AutoReset
 from vecshm.vec_env.base import stack_dynamic
@@ -49,7 +49,7 @@ class AleInfoEnv(gym.Env):
 
 
 def last_step(engine: Engine, n: int) -> Any:
-    """A reset, then one step of every env, whose results (a ``vecshm.parent.results.Batch``) can be read
+    """A reset, then one step of every env, whose results (a ``vecshm.parent.handback.results.Batch``) can be read
     again and again."""
     engine.wait_all(engine.send_resets([{}] * n, 0))
     return engine.wait_all(engine.start_step(engine.plan.all_workers, 0, engine.actions.write(np.zeros(n, np.int64))))

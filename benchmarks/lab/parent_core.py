@@ -1,4 +1,4 @@
-"""The parent's core during async batches (:mod:`vecshm.parent.balance`): unpinned, balanced, reserved.
+"""The parent's core during async batches (:mod:`vecshm.parent.core.balance`): unpinned, balanced, reserved.
 
 For each workload, the bench's async system (batches of half the envs, ``recv`` then ``send``)
 with the workers on every core (``cpu_affinity=[usable_cores()]``, which turns the balance off),

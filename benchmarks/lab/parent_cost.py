@@ -48,7 +48,7 @@ def main(
     venv: Any = cls(fns, batch_size=batch, envs_per_worker=per_worker, cpu_affinity=[[1]], pin_parent=[0])
     waited = [0.0]
 
-    class Waits:  # the vec env's observer (vecshm.parent.waiting.WaitObserver): adds up its waits
+    class Waits:  # the vec env's observer (vecshm.parent.core.waiting.WaitObserver): adds up its waits
         def wait_started(self) -> None: ...
 
         def slept(self, seconds: float) -> None: ...

@@ -25,7 +25,7 @@ WARM_UP_RECVS = 200  # spinners, caches and the ring settle before counting
 
 class WakeCounts:
     """Waits, sleeps and futile wakes of the parent: a vec env's ``observer`` (see
-    :class:`vecshm.parent.waiting.WaitObserver`)."""
+    :class:`vecshm.parent.core.waiting.WaitObserver`)."""
 
     def __init__(self) -> None:
         self.reset()

@@ -1,2 +1,2 @@
-"""The parent's side of the engine: the plan, commands and tickets, waits, the failure policy,
-results, and async batches."""
+"""The parent's side: the plan and options every part reads, and three packages: running the worker
+processes (processes/), handing observations back (handback/) and the command core (core/)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from vecshm.parent.start_methods import default_start_method, preload_in_forkserver
+from vecshm.parent.processes.start_methods import default_start_method, preload_in_forkserver
 from vecshm.shared.errors import SpaceMismatchError
 from vecshm.shared.layout import leaves
 from vecshm.shared.protocol import AutoReset

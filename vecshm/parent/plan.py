@@ -105,7 +105,7 @@ class VecEnvPlan:
         return list(range(*self.process_slices[p]))
 
     def ring_unit_rows(self, env_bytes: int, min_unit_bytes: int) -> int:
-        """Rows per unit of the async ring (see :mod:`vecshm.parent.ring`), or 0 to copy async batches.
+        """Rows per unit of the async ring (see :mod:`vecshm.parent.handback.ring`), or 0 to copy async batches.
 
         A unit holds one worker's envs, so every worker must host as many. Observations of
         ``env_bytes`` too small for lending to pay (a unit under ``min_unit_bytes``) are copied."""

@@ -14,7 +14,7 @@ from typing import cast
 
 import cloudpickle
 
-from vecshm.parent.processes import describe_envs, describe_exit
+from vecshm.parent.processes.lifetime import describe_envs, describe_exit
 from vecshm.shared.errors import (
     ActorDiedError,
     RemoteError,

@@ -13,8 +13,8 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from vecshm.parent.actions import batch_actions
-from vecshm.parent.processes import describe_envs
+from vecshm.parent.core.actions import batch_actions
+from vecshm.parent.processes.lifetime import describe_envs
 from vecshm.ray.actor import EnvHost
 from vecshm.ray.ending import CLOSE_TIMEOUT, alive_nodes, end_actors, unanswered
 from vecshm.ray.failures import Failure, actor_died, to_exception

@@ -82,7 +82,7 @@ class BufferSpec:
     num_workers: int
     info_bytes: int
     obs_slots: int = 1
-    # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.parent.ring)
+    # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.parent.handback.ring)
     ring_units: int = 0
     unit_rows: int = 0
     obs_leaves: tuple[Leaf, ...] = field(init=False)  # every leaf, dynamic ones included
@@ -154,7 +154,7 @@ class Buffers:
     ``action_codes[env, i]`` says which one holds each env's action.
 
     Observations have several slots: a whole-batch command may write a slot that is lent out to
-    the caller (see :mod:`vecshm.parent.results`); slot 0 is the one partial batches and copies use. Async
+    the caller (see :mod:`vecshm.parent.handback.results`); slot 0 is the one partial batches and copies use. Async
     batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
     """
 

@@ -1,4 +1,4 @@
-"""The free units of the async ring (see :mod:`vecshm.parent.ring`), as parent and workers share them.
+"""The free units of the async ring (see :mod:`vecshm.parent.handback.ring`), as parent and workers share them.
 
 A worker that has stepped its envs for an async command claims the next free unit by reading its
 number from a kernel pipe: one read is atomic among processes, there is no lock a dying worker

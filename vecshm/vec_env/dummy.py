@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.actions import is_per_env
+from vecshm.parent.core.actions import is_per_env
 from vecshm.shared.env_util import is_wrapped
 from vecshm.shared.layout import assemble, flatten, leaves
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic

@@ -9,10 +9,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.delivery import NUMPY, NumpyOutputs
+from vecshm.parent.core.run import RunProperties, VecRun
+from vecshm.parent.handback.delivery import NUMPY, NumpyOutputs
+from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_INFO_BYTES
-from vecshm.parent.results import Batch
-from vecshm.parent.run import RunProperties, VecRun
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic

@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.results import Batch
+from vecshm.parent.handback.results import Batch
 from vecshm.shared.info_columns import InfoRecords
 
 __all__ = ["batch_infos", "batch_records", "InfoBatch", "vector_infos"]

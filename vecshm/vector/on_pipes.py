@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
-from vecshm.parent.processes import describe_exit, end_processes
+from vecshm.parent.processes.lifetime import describe_exit, end_processes
 from vecshm.shared.errors import FailedError, WorkerDiedError
 from vecshm.vector.rules import check_worker_signature
 from vecshm.vector.shm import ShmVectorEnv

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
-from vecshm.parent.run import VecRun
+from vecshm.parent.core.run import VecRun
 from vecshm.shared.errors import SpaceMismatchError, WorkerError
 from vecshm.shared.protocol import AutoReset
 

@@ -13,10 +13,10 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 
+from vecshm.parent.core.run import RunProperties, VecRun
+from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_INFO_BYTES, tuple_of_values
-from vecshm.parent.results import Batch
-from vecshm.parent.run import RunProperties, VecRun
-from vecshm.parent.start_methods import gymnasium_start_method
+from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vector.infos import InfoBatch, vector_infos

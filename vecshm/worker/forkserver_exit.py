@@ -1,7 +1,7 @@
 """The forkserver's last act: the multiprocessing folder of an owner that was killed goes with it.
 
 Only multiprocessing's forkserver imports this module: vecshm adds it to what the server preloads
-(:func:`vecshm.parent.start_methods.preload_in_forkserver`). The owner's folder (``/tmp/pymp-*``) holds
+(:func:`vecshm.parent.processes.start_methods.preload_in_forkserver`). The owner's folder (``/tmp/pymp-*``) holds
 the server's socket. multiprocessing removes it when the owner exits, which SIGKILL skips. While
 the owner's workers run, their guards remove it (:mod:`vecshm.worker.guard`). An owner killed after it
 closed its vec envs has no worker left to do that. Its forkserver outlives it until it reads that

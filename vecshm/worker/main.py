@@ -62,11 +62,11 @@ class WorkerSpec:
     settings: dict[str, Any]
     parent_pid: int
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.shared.registry)
-    claims: UnitPipe | None = None  # free units of the async ring (see vecshm.parent.ring)
+    claims: UnitPipe | None = None  # free units of the async ring (see vecshm.parent.handback.ring)
     owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
     pool_mark: str | None = None  # marks what the envs start (vecshm.worker.guard.worker_mark)
     # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
-    # (one, all its envs, unless each env takes its own commands; see vecshm.parent.engine)
+    # (one, all its envs, unless each env takes its own commands; see vecshm.parent.core.engine)
     lanes: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
@@ -256,7 +256,7 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
     busy_since = None
     while True:
         idle_since = time.perf_counter()
-        if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.balance)
+        if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.core.balance)
             busy[first] += idle_since - busy_since
         pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers.turnaround)
         if pending is None:

@@ -237,7 +237,7 @@ class EnvRunner:
     def _write_observations(self, observations: list[Any], slot: int, during: Phase) -> int | None:
         """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
         batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
-        stepped (see :mod:`vecshm.parent.ring`); that unit, if any."""
+        stepped (see :mod:`vecshm.parent.handback.ring`); that unit, if any."""
         b, start = self.buffers, self.start
         if slot == CLAIM:
             unit = self.spec.claims.claim() if self.spec.claims is not None else None

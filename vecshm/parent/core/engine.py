@@ -3,9 +3,9 @@
 The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
 the engine decides how they travel. A step is: check and copy actions into shared memory, write
 each worker's command word, ring its doorbell (:meth:`Engine.submit`, which returns the command's
-:class:`~vecshm.parent.waiting.Ticket`), then wait on one shared doorbell after a short, bounded spin
-(:mod:`vecshm.parent.waiting`). Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's
-death does is the failure policy's (:mod:`vecshm.parent.restart`); rare calls are :mod:`vecshm.parent.calls`.
+:class:`~vecshm.parent.core.waiting.Ticket`), then wait on one shared doorbell after a short, bounded spin
+(:mod:`vecshm.parent.core.waiting`). Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's
+death does is the failure policy's (:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.parent.actions import ActionWriter
-from vecshm.parent.balance import CoreBalance
+from vecshm.parent.core.actions import ActionWriter
+from vecshm.parent.core.balance import CoreBalance
+from vecshm.parent.core.restart import failure_policy
+from vecshm.parent.core.waiting import Ticket, Waiter, new_ticket
+from vecshm.parent.handback.lending import ObservationSlots
+from vecshm.parent.handback.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
+from vecshm.parent.handback.ring import UnitRing, segment_spec
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan, as_env_list
-from vecshm.parent.pool import WorkerPool
-from vecshm.parent.restart import failure_policy
-from vecshm.parent.results import NO_EXTRAS, Batch, Collected, Extras, ObservationSlots, ResultReader
-from vecshm.parent.ring import UnitRing, segment_spec
-from vecshm.parent.start_methods import refuse_inside_worker_start_up
-from vecshm.parent.waiting import Ticket, Waiter, new_ticket
+from vecshm.parent.processes.pool import WorkerPool
+from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
@@ -135,7 +136,7 @@ class Engine:
 
     def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
         """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
-        Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.restart`)."""
+        Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.core.restart`)."""
         if self.policy.rebuilt and not self.policy.rebuilt.isdisjoint(workers.tolist()):
             return self.policy.start_rebuilt(workers, slot, dynamic, self.start_step)
         ticket = self.submit(Command.STEP, workers, slot, Phase.STEP)

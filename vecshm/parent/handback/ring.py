@@ -1,7 +1,7 @@
 """Where async batches land: a ring of output units that workers claim in the order they finish.
 
 An async ``recv()`` returns the first workers to finish. For their observations to come back
-without a copy, as a synchronous batch's do (see :mod:`vecshm.parent.results`), they must lie side by side
+without a copy, as a synchronous batch's do (see :mod:`vecshm.parent.handback.results`), they must lie side by side
 in the order the workers finished. So a worker that has stepped its envs claims the next free
 *unit* (one row per env it hosts) and writes its observations there.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.parent.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
+from vecshm.parent.handback.lending import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
 from vecshm.shared.units import UnitPipe
@@ -34,7 +34,7 @@ from vecshm.shared.units import UnitPipe
 __all__ = ["UnitRing", "ring_units", "segment_spec", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
 
 LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied out
-RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see results.LEND_MIN_BYTES)
+RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see lending.LEND_MIN_BYTES)
 
 
 def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:

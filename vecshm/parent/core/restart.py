@@ -1,6 +1,6 @@
 """What a worker's death does: fail the vec env (the default), or rebuild the worker.
 
-:meth:`vecshm.parent.waiting.Waiter.wait` hands each process that died during a wait to the policy's
+:meth:`vecshm.parent.core.waiting.Waiter.wait` hands each process that died during a wait to the policy's
 ``on_death``, as a value. :class:`RaiseOnFailure` raises ``WorkerDiedError`` naming the envs.
 :class:`RestartWorkers` (``on_worker_failure="restart"``) starts a new process from the same
 factories, maps it to the segment, and resets its envs; their lost episodes end as truncated
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.parent.processes import describe_exit, describe_worker
-from vecshm.parent.waiting import WORKER_CHECK_SECONDS, Ticket
+from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Ticket
+from vecshm.parent.processes.lifetime import describe_exit, describe_worker
 from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset
 from vecshm.shared.units import CLAIM
@@ -53,7 +53,7 @@ class RestartWorkers:
 
     A process hosts one worker, or (async batches that take commands env by env) several. Of a dead
     process's workers, those whose command was in flight and unfinished get their envs' resets at
-    once (``send_resets`` is :meth:`vecshm.parent.engine.Engine.send_resets`), into the slot or ring
+    once (``send_resets`` is :meth:`vecshm.parent.core.engine.Engine.send_resets`), into the slot or ring
     unit their command was writing. The others were idle, or had published their results: they are
     ``rebuilt``, and their next step (:meth:`start_rebuilt`) is that reset instead, once the caller
     has seen those results. ``restarting`` maps each env whose reset was sent but not collected to
@@ -129,7 +129,7 @@ class RestartWorkers:
     ) -> Ticket:
         """The step of ``workers`` into ``slot``, where the ``rebuilt`` among them are sent their
         envs' resets instead (their actions are dropped) and the others the step (``start_step``,
-        :meth:`vecshm.parent.engine.Engine.start_step`); one ticket for all."""
+        :meth:`vecshm.parent.core.engine.Engine.start_step`); one ticket for all."""
         ids = workers.tolist()
         mine = self.rebuilt.intersection(ids)
         for w in mine:

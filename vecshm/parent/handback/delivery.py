@@ -18,7 +18,7 @@ lending rules give them. ``device="cuda"`` copies each batch to the GPU without 
 - **For the caller.** The tensors are fresh device memory, valid indefinitely, and the caller's
   current stream is ordered after the copy.
 
-The stream and its events are behind :class:`CopyStream` (CUDA's is :class:`vecshm.parent.cuda.CudaCopies`),
+The stream and its events are behind :class:`CopyStream` (CUDA's is :class:`vecshm.parent.handback.cuda.CudaCopies`),
 so the guard is tested without a GPU, with a slow fake stream.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vecshm.parent.results import Batch
+from vecshm.parent.handback.results import Batch
 
 __all__ = [
     "NUMPY",
@@ -56,7 +56,7 @@ class CopyEvent(Protocol):
 
 
 class CopyStream(Protocol):
-    """Where copies to the device run (see :class:`vecshm.parent.cuda.CudaCopies`)."""
+    """Where copies to the device run (see :class:`vecshm.parent.handback.cuda.CudaCopies`)."""
 
     def host_buffer(self, nbytes: int) -> np.ndarray: ...
 
@@ -223,7 +223,7 @@ def output_device(device: Any, pin_memory: bool | None, start_method: str, resta
     would fork a worker from a process using CUDA."""
     if device is None and not pin_memory:
         return None, False
-    from vecshm.parent import cuda
+    from vecshm.parent.handback import cuda
 
     target = cuda.torch_device(device, bool(pin_memory))
     pin = bool(pin_memory) if pin_memory is not None else target is not None and target.type == "cuda"
@@ -237,7 +237,7 @@ def build_outputs(target: Any, pin: bool, mapping: np.ndarray) -> tuple[NumpyOut
     unless ``pin``), made once the workers have started."""
     if target is None and not pin:
         return NUMPY, None
-    from vecshm.parent import cuda
+    from vecshm.parent.handback import cuda
 
     registration = cuda.SegmentRegistration(mapping) if pin else None
     try:

@@ -6,7 +6,7 @@ Everything about running the envs goes through a :class:`VecRun`, written once, 
 Python layer writes send/recv/step/reset once for every API flavour:
 
 - a whole batch: :meth:`VecRun.start_step` or :meth:`VecRun.start_reset`, then :meth:`VecRun.finish`,
-  which returns a :class:`~vecshm.parent.results.Batch` (the command pending between them is the
+  which returns a :class:`~vecshm.parent.handback.results.Batch` (the command pending between them is the
   run's, not the facade's);
 - EnvPool-style batches: :meth:`VecRun.async_reset`, :meth:`VecRun.send`, :meth:`VecRun.recv`;
 - calls on some envs (:meth:`VecRun.call`), and what a caller may inspect.
@@ -24,16 +24,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.balance import CoreBalance
-from vecshm.parent.batching import AsyncBatches
-from vecshm.parent.calls import call, call_pickled
-from vecshm.parent.delivery import NumpyOutputs, build_outputs, output_device
-from vecshm.parent.engine import Engine
+from vecshm.parent.core.balance import CoreBalance
+from vecshm.parent.core.batching import AsyncBatches
+from vecshm.parent.core.calls import call, call_pickled
+from vecshm.parent.core.engine import Engine
+from vecshm.parent.core.waiting import Ticket, WaitObserver
+from vecshm.parent.handback.delivery import NumpyOutputs, build_outputs, output_device
+from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
-from vecshm.parent.results import Batch
-from vecshm.parent.start_methods import default_start_method
-from vecshm.parent.waiting import Ticket, WaitObserver
+from vecshm.parent.processes.start_methods import default_start_method
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.pickling import Pickled
@@ -88,7 +88,7 @@ class VecRun:
             raise
 
     outputs: NumpyOutputs
-    """What results become: numpy arrays, or torch tensors (``device=``; :mod:`vecshm.parent.delivery`)."""
+    """What results become: numpy arrays, or torch tensors (``device=``; :mod:`vecshm.parent.handback.delivery`)."""
 
     # -- the envs ---------------------------------------------------------------------------------
 
@@ -255,13 +255,13 @@ class VecRun:
     @property
     def core_balance(self) -> CoreBalance:
         """Whether the workers keep off the parent's core during async batches, and the measured
-        ratio that decided it (``reserved``, ``ratio``; see :mod:`vecshm.parent.balance`)."""
+        ratio that decided it (``reserved``, ``ratio``; see :mod:`vecshm.parent.core.balance`)."""
         return self._engine.balance
 
     @property
     def observer(self) -> WaitObserver | None:
         """An object told of every wait for workers, and every sleep within one (None: none); see
-        :class:`vecshm.parent.waiting.WaitObserver`. For benchmarks and profilers: the step path checks
+        :class:`vecshm.parent.core.waiting.WaitObserver`. For benchmarks and profilers: the step path checks
         for it once per wait."""
         return self._engine.waiter.observer
 
@@ -309,7 +309,7 @@ class RunProperties:
 
     @property
     def core_balance(self) -> CoreBalance:
-        """Whether the workers keep off the parent's core during async batches (see :mod:`vecshm.parent.balance`)."""
+        """Whether the workers keep off the parent's core in async batches (:mod:`vecshm.parent.core.balance`)."""
         return self._run.core_balance
 
     @property
@@ -319,7 +319,7 @@ class RunProperties:
 
     @property
     def observer(self) -> WaitObserver | None:
-        """An object told of every wait for workers (see :class:`vecshm.parent.waiting.WaitObserver`)."""
+        """An object told of every wait for workers (see :class:`vecshm.parent.core.waiting.WaitObserver`)."""
         return self._run.observer
 
     @observer.setter

@@ -8,7 +8,7 @@ has its action (until then the actions wait, written into the envs' rows), and a
 finishes may leave some of its envs for the next ``recv``. Each env still sees exactly the actions
 it was sent, in order, so per-env results are the same as in a synchronous run.
 
-Where the engine has a ring (see :mod:`vecshm.parent.ring`) and every worker hosts as many envs, workers
+Where the engine has a ring (see :mod:`vecshm.parent.handback.ring`) and every worker hosts as many envs, workers
 write their observations in the order they finish, and ``recv`` lends the batch's rows as they lie,
 in that order; a batch may end inside one worker's rows, and the next starts with the rest.
 Otherwise the workers write into slot 0, where a finished env's results stay until its worker runs
@@ -21,10 +21,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from vecshm.parent.engine import Engine, Ready, finished_workers
-from vecshm.parent.results import NO_EXTRAS, Batch, Extras
-from vecshm.parent.ring import UnitRing, units_spanned
-from vecshm.parent.waiting import Ticket, new_ticket
+from vecshm.parent.core.engine import Engine, Ready, finished_workers
+from vecshm.parent.core.waiting import Ticket, new_ticket
+from vecshm.parent.handback.results import NO_EXTRAS, Batch, Extras
+from vecshm.parent.handback.ring import UnitRing, units_spanned
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import Phase, Status
@@ -39,7 +39,7 @@ _ERROR = int(Status.ERROR)  # compared as a plain int: NumPy is slow to compare 
 
 def units_written(buffers: Buffers, ring: UnitRing, units: np.ndarray) -> Ready:
     """``ready`` for :meth:`Engine.collect`: the workers that wrote the ring's ``units`` (see
-    :mod:`vecshm.parent.ring`), in unit order, once every unit holds a finished step. The ticket's
+    :mod:`vecshm.parent.handback.ring`), in unit order, once every unit holds a finished step. The ticket's
     workers are those in flight, one of which will claim each unit; one that fails claims none, so
     its error ends the wait: others could fill every batch while the error waited unseen."""
 
@@ -105,7 +105,7 @@ class AsyncBatches:
         self.slot = 0 if self.ring is None else CLAIM  # where workers write an async command's observations
         if self.ring is not None:
             self.ring.use(units_spanned(self.batch_size, size))
-        # with envs left in flight, the parent works while workers step (see vecshm.parent.balance)
+        # with envs left in flight, the parent works while workers step (see vecshm.parent.core.balance)
         self._balance = engine.balance if self.batch_size < n else None
 
     def _ticket(self, pending: np.ndarray) -> Ticket:

@@ -4,7 +4,7 @@ A command returns a :class:`Ticket`, the record of what was sent: which workers,
 number each will publish when done, where the observations go, and when. The facade holds it
 while the call is pending and hands it back to :meth:`Waiter.wait`, so nothing about a pending
 command lives on the engine. A wait ends when ``ready`` names finished workers; a worker process
-that died meanwhile is handed to the failure policy (:mod:`vecshm.parent.restart`) as a value, and the
+that died meanwhile is handed to the failure policy (:mod:`vecshm.parent.core.restart`) as a value, and the
 policy either raises or returns the ticket to keep waiting on.
 """
 
@@ -72,7 +72,7 @@ OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
 class Waiter:
     """The parent's waits for one pool of workers (see the module's docstring).
 
-    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.balance`).
+    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.core.balance`).
     """
 
     def __init__(self, pool: Any, spin_seconds: float, cores: int, timeout: float | None) -> None:

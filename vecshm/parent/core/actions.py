@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.parent.delivery import host_arrays
+from vecshm.parent.handback.delivery import host_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec, action_dtypes, scalar_rows_allowed
 from vecshm.shared.layout import Leaf, assemble, flatten
 

@@ -149,8 +149,8 @@ class _TorchDtypes(dict):
 
 
 class CudaCopies:
-    """Host-to-device copies on a stream vecshm owns (the :class:`~vecshm.parent.delivery.CopyStream`
-    that :class:`~vecshm.parent.delivery.DeviceOutputs` drives; tests drive a fake one)."""
+    """Host-to-device copies on a stream vecshm owns (the :class:`~vecshm.parent.handback.delivery.CopyStream`
+    that :class:`~vecshm.parent.handback.delivery.DeviceOutputs` drives; tests drive a fake one)."""
 
     def __init__(self, device: Any) -> None:
         self.torch = torch = import_torch(f"device={device!s}")

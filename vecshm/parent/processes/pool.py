@@ -23,7 +23,7 @@ import psutil
 
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
-from vecshm.parent.processes import (
+from vecshm.parent.processes.lifetime import (
     WORKER_PROCESSES,
     ctrl_c_after_the_starts,
     descendants_or_marked,
@@ -103,7 +103,7 @@ class WorkerPool:
         self.daemon = options.daemon
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
-        self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.ring)
+        self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.handback.ring)
         self.processes: list[Any] = [None] * len(self.lanes)
         self.conns: list[Connection] = [None] * len(self.lanes)  # type: ignore[list-item]
         # per process: messages received for workers other than the one a recv waited for

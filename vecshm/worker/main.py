@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,11 +31,12 @@ from vecshm.shared.buffers import NO_ENV, Buffers, BufferSpec
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.memory import NamedSegment, Segment
 from vecshm.shared.pickling import dumps
-from vecshm.shared.protocol import AutoReset, Command, Message, Phase, receive_addressed
+from vecshm.shared.protocol import AutoReset, Command, Message, Phase
 from vecshm.shared.registry import adopt_registry
 from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner
 from vecshm.shared.units import UnitPipe
 from vecshm.worker.guard import alive, start_guard, worker_mark
+from vecshm.worker.lane import Lane, LaneConnection
 from vecshm.worker.runner import EnvRunner
 
 __all__ = ["WorkerSpec", "worker_main"]
@@ -73,20 +74,6 @@ class WorkerSpec:
     def hosted(self) -> slice:
         """The hosted workers' indices, as a slice of the per-worker words."""
         return slice(self.lanes[0][0], self.lanes[-1][0] + 1)
-
-
-class LaneConnection:
-    """One hosted worker's end of the process's connection: what it sends is addressed to it, and
-    a ``recv`` keeps what arrives for the process's other workers for theirs."""
-
-    def __init__(self, conn: Connection, worker: int, inbox: dict[int, deque[Any]]) -> None:
-        self.conn, self.worker, self.inbox = conn, worker, inbox
-
-    def send(self, message: Any) -> None:
-        self.conn.send((self.worker, message))
-
-    def recv(self) -> Any:
-        return receive_addressed(self.inbox, self.worker, self.conn.recv)
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -240,9 +227,10 @@ def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int,
     a new one, in order, and the next pass picks up what arrived meanwhile.
     """
     inbox: dict[int, deque[Any]] = {}
+    rules = (spec.autoreset, spec.reward_codes)
     runners = [
         EnvRunner(
-            replace(spec, index=w, env_start=start, conn=LaneConnection(spec.conn, w, inbox)),  # type: ignore[arg-type]
+            Lane(w, start, LaneConnection(spec.conn, w, inbox), spec.done_bell, spec.claims, *rules),
             envs[start - spec.env_start : stop - spec.env_start],
             buffers,
         )

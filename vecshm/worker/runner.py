@@ -9,7 +9,7 @@ Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -23,11 +23,10 @@ from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
+from vecshm.worker.checks import ObservationError, unwritable_scalars
+from vecshm.worker.lane import Lane
 
-if TYPE_CHECKING:
-    from vecshm.worker.main import WorkerSpec
-
-__all__ = ["EnvRunner", "ObservationError"]
+__all__ = ["EnvRunner"]
 
 UNCHANGED = object()  # in a command's observations: nothing to write for this env
 
@@ -39,14 +38,10 @@ class _EnvFailure(Exception):
         self.records = records
 
 
-class ObservationError(ValueError):
-    """An env returned an observation that does not fit its declared observation space."""
-
-
 class EnvRunner:
     """Runs one command over the worker's envs and publishes the outcome."""
 
-    def __init__(self, spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers) -> None:
+    def __init__(self, spec: Lane, envs: list[gym.Env], buffers: Buffers) -> None:
         self.spec = spec
         self.envs = envs
         self.buffers = buffers
@@ -94,7 +89,7 @@ class EnvRunner:
                 observations = self._step_all(self.action_reader(dynamic))
             else:
                 observations = self._reset_all(self.conn.recv())
-            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.spec.index]), during)
+            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.spec.worker]), during)
         except _EnvFailure as failure:
             errors, unit = failure.records, None
         self._publish(seq, errors, unit)
@@ -102,7 +97,7 @@ class EnvRunner:
     def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
         """Status, then the ring unit written (the parent takes a batch once its units are named),
         then the command's sequence number, then the bell."""
-        me = self.spec.index
+        me = self.spec.worker
         if errors:
             status = Status.ERROR
         else:
@@ -136,7 +131,7 @@ class EnvRunner:
         b.final_info_len[start:stop] = INFO_EMPTY
         for offset, env in enumerate(self.envs):
             index = start + offset
-            b.progress[self.spec.index] = index
+            b.progress[self.spec.worker] = index
             try:
                 obs, reward, term, trunc = self._step_one(offset, env, index, action_of)
             except Exception as exc:
@@ -151,7 +146,7 @@ class EnvRunner:
             b.terminated[start:stop] = terminated
             b.truncated[start:stop] = truncated
         except Exception:  # a reward or flag that is not a number: find whose
-            failures += self._unwritable_scalars(rewards, terminated, truncated)
+            failures += unwritable_scalars(self.buffers, self.start, rewards, terminated, truncated)
         if failures:
             raise _EnvFailure(failures)
         if self.reward_codes:
@@ -165,30 +160,6 @@ class EnvRunner:
         self.buffers.reward_code[self.start : self.start + len(rewards)] = reward_codes(rewards)
         # an array's dtype may change from one step to the next: such rewards are looked at every step
         self.reward_types = types if REWARD_TYPES.issuperset(types) else None
-
-    def _unwritable_scalars(self, rewards: list[Any], terminated: list[Any], truncated: list[Any]) -> list[RemoteError]:
-        """A record naming each env whose reward or flag its column cannot hold (the slow path,
-        once writing them all at once failed): a number each, as the peers' arrays need."""
-        b = self.buffers
-        columns = (
-            ("reward", b.rewards, rewards),
-            ("terminated", b.terminated, terminated),
-            ("truncated", b.truncated, truncated),
-        )
-        records = []
-        for offset in range(len(self.envs)):
-            index = self.start + offset
-            for name, column, values in columns:
-                try:
-                    column[index] = values[offset]
-                except Exception as exc:
-                    problem = ValueError(
-                        f"step() returned {name}={values[offset]!r:.100} ({type(values[offset]).__name__}), "
-                        f"which is not a single number: {exc}"
-                    )
-                    records.append(RemoteError(problem, index, Phase.STEP))
-                    break
-        return records
 
     def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
         """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
@@ -218,12 +189,12 @@ class EnvRunner:
             return
         for offset, env in enumerate(self.envs):
             if self.needs_reset[offset] and offset not in self.ahead:
-                self.buffers.progress[self.spec.index] = self.start + offset  # named if it hangs or dies
+                self.buffers.progress[self.spec.worker] = self.start + offset  # named if it hangs or dies
                 try:
                     self.ahead[offset] = env.reset()
                 except Exception as exc:
                     self.ahead[offset] = exc
-                self.buffers.progress[self.spec.index] = NO_ENV
+                self.buffers.progress[self.spec.worker] = NO_ENV
 
     def _reset_ended(self, offset: int, env: gym.Env) -> tuple[Any, dict[str, Any]]:
         """NEXT_STEP's reset of an ended episode: the one done ahead, else now."""
@@ -303,7 +274,7 @@ class EnvRunner:
             observations.append(UNCHANGED)
             self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
             try:
-                b.progress[self.spec.index] = index
+                b.progress[self.spec.worker] = index
                 if type(request) is Rebuilt:
                     obs, info = self._rebuilt(offset, env, request)
                 elif type(request) is RebuiltReset:

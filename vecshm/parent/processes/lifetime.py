@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -19,7 +20,8 @@ from typing import Any
 
 import psutil
 
-from vecshm.worker.guard import GUARD_NAME, mark_of
+from vecshm.shared.protocol import Phase
+from vecshm.worker.guard import GUARD_NAME, is_mp_helper, mark_of, worker_mark
 
 __all__ = [
     "WORKER_PROCESSES",
@@ -31,6 +33,9 @@ __all__ = [
     "end_processes",
     "is_guard",
     "own_temp_dir",
+    "reap",
+    "spawned_by_envs",
+    "start_up_hint",
 ]
 
 WORKER_PROCESSES: weakref.WeakSet[Any] = weakref.WeakSet()  # the Process of every worker started here
@@ -151,3 +156,49 @@ def descendants_or_marked(pids: Sequence[int], marks: set[str]) -> list[psutil.P
             marked.pop(child.pid, None)
             stack.append(child.pid)
     return found + list(marked.values())
+
+
+def start_up_hint(method: str, exitcode: int | None, during: Phase) -> str:
+    """Why a worker started with ``method`` that died before it reported (``exitcode`` 1, during
+    ``during``) may have died: the usual cause is a missing main guard."""
+    if during is not Phase.CONSTRUCTION or exitcode != 1 or method == "fork":
+        return ""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is not None and not os.path.isfile(main):  # python - < train.py: nothing to import
+        return (
+            f"\n\nWith start_method={method!r}, each worker first imports the main script, and this one "
+            f'({main}) is no file: it was fed on standard input. Run it from a file, or use start_method="fork".'
+        )
+    script = f" ({main})" if main else ""
+    return (
+        f"\n\nWith start_method={method!r}, each worker first re-imports the main script{script}. A script "
+        "that creates the vec env at module level makes every worker try to start workers of its own, and "
+        "they exit (the worker's stderr shows multiprocessing's 'bootstrapping phase' RuntimeError). Put the "
+        'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
+    )
+
+
+def spawned_by_envs(processes: Sequence[Any], mark: str) -> list[psutil.Process]:
+    """The processes the envs of ``processes`` (worker processes, None where not started) started (a
+    simulator, a server), found before the workers exit: once a worker is gone they belong to init,
+    and nothing would end them. Those are the workers' descendants, and what carries a worker's mark
+    (started in a session of its own by a launcher that exited: init's already; see
+    vecshm.worker.guard). multiprocessing's own helpers (a worker's resource tracker or forkserver)
+    are left out: they end by themselves when their worker does, after cleaning up after it."""
+    workers = [process.pid for process in processes if process is not None and process.exitcode is None]
+    if not workers:
+        return []
+    marks = {worker_mark(mark, pid) for pid in workers}
+    return [p for p in descendants_or_marked(workers, marks) if not (is_mp_helper(p) or is_guard(p))]
+
+
+def reap(processes: Sequence[Any], stuck: set[int], grace: float) -> None:
+    """Join ``processes`` (None where not started) within ``grace`` seconds, those numbered in
+    ``stuck`` terminated at once; terminate, then kill, whatever is still running."""
+    started = [(p, process) for p, process in enumerate(processes) if process is not None]
+    for p, process in started:
+        if p in stuck:
+            process.terminate()
+    end_processes([process for _, process in started], grace)
+    for _, process in started:
+        process.close()

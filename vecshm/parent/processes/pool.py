@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import secrets
-import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -19,19 +18,18 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import cloudpickle
-import psutil
 
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import (
     WORKER_PROCESSES,
     ctrl_c_after_the_starts,
-    descendants_or_marked,
     describe_exit,
     describe_worker,
-    end_processes,
-    is_guard,
     own_temp_dir,
+    reap,
+    spawned_by_envs,
+    start_up_hint,
 )
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.errors import StepTimeoutError, WorkerDiedError, remote_error
@@ -41,7 +39,7 @@ from vecshm.shared.protocol import Command, Message, Phase, receive_addressed
 from vecshm.shared.sync import new_doorbell
 from vecshm.shared.transport import Transport
 from vecshm.shared.units import UnitPipe
-from vecshm.worker.guard import is_mp_helper, terminate_then_kill, worker_mark
+from vecshm.worker.guard import terminate_then_kill
 from vecshm.worker.main import WorkerSpec, worker_main
 
 __all__ = ["WorkerPool"]
@@ -259,28 +257,9 @@ class WorkerPool:
         raise WorkerDiedError(
             f"{describe_worker(p, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
-            + self._start_up_hint(process.exitcode, during),
+            + start_up_hint(self.context.get_start_method(), process.exitcode, during),
             envs,
             process.exitcode,
-        )
-
-    def _start_up_hint(self, exitcode: int | None, during: Phase) -> str:
-        """Why a worker that never reported may have died: the usual cause is a missing main guard."""
-        method = self.context.get_start_method()
-        if during is not Phase.CONSTRUCTION or exitcode != 1 or method == "fork":
-            return ""
-        main = getattr(sys.modules.get("__main__"), "__file__", None)
-        if main is not None and not os.path.isfile(main):  # python - < train.py: nothing to import
-            return (
-                f"\n\nWith start_method={method!r}, each worker first imports the main script, and this one "
-                f'({main}) is no file: it was fed on standard input. Run it from a file, or use start_method="fork".'
-            )
-        script = f" ({main})" if main else ""
-        return (
-            f"\n\nWith start_method={method!r}, each worker first re-imports the main script{script}. A script "
-            "that creates the vec env at module level makes every worker try to start workers of its own, and "
-            "they exit (the worker's stderr shows multiprocessing's 'bootstrapping phase' RuntimeError). Put the "
-            'code that creates the vec env under `if __name__ == "__main__":`, or use start_method="fork".'
         )
 
     def running_env(self, p: int, during: Phase) -> int | None:
@@ -329,9 +308,9 @@ class WorkerPool:
             return
         self.closed = True
         if os.getpid() == self.owner_pid:
-            spawned = self._spawned_by_envs()
+            spawned = spawned_by_envs(self.processes, self.mark)
             self._ask_to_close()
-            self._reap()
+            reap(self.processes, self.stuck, CLOSE_GRACE_SECONDS)
             terminate_then_kill(spawned, SPAWNED_GRACE_SECONDS)
         for conn in self.conns:
             if conn is not None:  # None: a worker whose start failed
@@ -367,27 +346,3 @@ class WorkerPool:
                 self.buffers.cmd[first:last] = Command.CLOSE
                 self.buffers.cmd_seq[first:last] += 1
                 self.doorbells[p].ring()
-
-    def _spawned_by_envs(self) -> list[psutil.Process]:
-        """The processes the envs started (a simulator, a server), found before the workers exit:
-        once a worker is gone they belong to init, and nothing would end them. Those are the
-        workers' descendants, and what carries a worker's mark (started in a session of its own
-        by a launcher that exited: init's already; see vecshm.worker.guard). multiprocessing's own helpers
-        (a worker's resource tracker or forkserver) are left out: they end by themselves when
-        their worker does, after cleaning up after it."""
-        workers = [process.pid for process in self.processes if process is not None and process.exitcode is None]
-        if not workers:
-            return []
-        marks = {worker_mark(self.mark, pid) for pid in workers}
-        return [p for p in descendants_or_marked(workers, marks) if not (is_mp_helper(p) or is_guard(p))]
-
-    def _reap(self) -> None:
-        """Join within a grace period (the stuck workers terminated at once); terminate, then kill,
-        whatever is still running."""
-        started = [(w, process) for w, process in enumerate(self.processes) if process is not None]
-        for w, process in started:
-            if w in self.stuck:
-                process.terminate()
-        end_processes([process for _, process in started], CLOSE_GRACE_SECONDS)
-        for _, process in started:
-            process.close()

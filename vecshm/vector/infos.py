@@ -22,7 +22,7 @@ import numpy as np
 from vecshm.parent.handback.results import Batch
 from vecshm.shared.info_columns import InfoRecords
 
-__all__ = ["batch_infos", "batch_records", "InfoBatch", "vector_infos"]
+__all__ = ["batch_infos", "batch_records", "InfoBatch", "step_infos", "vector_infos"]
 
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
@@ -125,3 +125,32 @@ def vector_infos(batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, v
         infos[k] = info
     adder = vector_env if vector_env is not None else InfoBatch(size)
     return batch_infos(size, infos, adder._add_info)
+
+
+def step_infos(batch: Batch, same_step: bool, all_ids: np.ndarray, vector_env: gym.vector.VectorEnv) -> dict[str, Any]:
+    """The infos of a step's ``batch`` as ``AsyncVectorEnv`` returns them (``same_step``: its SAME_STEP
+    autoreset mode, with ``final_info`` and ``final_obs``); ``all_ids``: ``arange(num_envs)``."""
+    ids = batch.ids
+    finals: dict[int, dict[str, Any]] = {}
+    restarted: Any = batch.restarted  # envs whose episode a worker restart cut short: their info says so
+    if same_step:
+        ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
+        finals = dict(zip(ended, batch.infos(ended, "final")))
+        for i in restarted:  # in the final info, as the episode's end (a redone reset's own info says so)
+            if i in finals:
+                finals[i]["worker_restarted"] = True
+        restarted = ()
+    whole = batch.env_ids is None
+    if not (finals or restarted):
+        id_array = all_ids if whole else batch.env_ids
+        return vector_infos(batch, len(ids), id_array, all_ids[: len(ids)], vector_env if whole else None)
+    # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
+    adder = vector_env if whole else InfoBatch(len(ids))
+    infos: dict[str, Any] = {}
+    for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
+        if i in finals:
+            infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": batch.final_observation(i)}, k)
+        if i in restarted:  # NEXT_STEP, DISABLED: in the step's info (the step returns the last observation)
+            step_info = {**step_info, "worker_restarted": True}
+        infos = adder._add_info(infos, step_info, k)
+    return infos

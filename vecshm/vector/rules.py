@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from enum import Enum
 from typing import Any, NoReturn
 
 import gymnasium as gym
@@ -22,7 +23,7 @@ from gymnasium.vector.async_vector_env import _async_worker
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_shared_memory
 
 from vecshm.parent.core.run import VecRun
-from vecshm.shared.errors import SpaceMismatchError, WorkerError
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError, SpaceMismatchError, WorkerError
 from vecshm.shared.protocol import AutoReset
 
 # Gymnasium's autoreset modes -> the workers' (vecshm.shared.protocol.AutoReset)
@@ -214,3 +215,32 @@ def vector_spaces(
         spaces = [obs_space for obs_space, _ in run.env_spaces]
         single_observation, observation_space = spaces[0], batch_differing_spaces(spaces)
     return single_observation, observation_space, single_action, batch_space(single_action, num_envs)
+
+
+class CallState(Enum):
+    """Which of ``AsyncVectorEnv``'s calls is pending (its ``AsyncState``, with its values)."""
+
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+def expect_idle(state: CallState, call: str, in_flight: bool) -> None:
+    """Raise what ``AsyncVectorEnv`` raises when ``call`` comes while another call is pending, or
+    (vecshm's async batches) while envs are in flight from ``send`` (``send`` and ``async_reset`` aside)."""
+    if in_flight and call not in ("send", "async_reset"):
+        raise AlreadyPendingCallError(
+            f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
+        )
+    if state is not CallState.DEFAULT:
+        end = "" if call == "reset_async" else "."  # AsyncVectorEnv's messages, to the character
+        raise AlreadyPendingCallError(
+            f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete{end}", str(state.value)
+        )
+
+
+def expect_pending(state: CallState, wanted: CallState, call: str, opener: str) -> None:
+    """Raise what ``AsyncVectorEnv`` raises when ``call`` comes without its ``opener`` before it."""
+    if state is not wanted:
+        raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", wanted.value)

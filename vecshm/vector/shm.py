@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any
 
 import gymnasium as gym
@@ -17,14 +16,17 @@ from vecshm.parent.core.run import RunProperties, VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_INFO_BYTES, tuple_of_values
 from vecshm.parent.processes.start_methods import gymnasium_start_method
-from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, NoAsyncCallError, WorkerError
+from vecshm.shared.errors import ClosedError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
-from vecshm.vector.infos import InfoBatch, vector_infos
+from vecshm.vector.infos import step_infos, vector_infos
 from vecshm.vector.rules import (
     AUTORESET,
+    CallState,
     check_async_options,
     check_reset_mask,
     check_spaces,
+    expect_idle,
+    expect_pending,
     raise_as_async_vector_env,
     refuse_what_shared_memory_refuses,
     seed_list,
@@ -32,13 +34,6 @@ from vecshm.vector.rules import (
 )
 
 __all__ = ["ShmVectorEnv"]
-
-
-class _State(Enum):
-    DEFAULT = "default"
-    WAITING_RESET = "reset"
-    WAITING_STEP = "step"
-    WAITING_CALL = "call"
 
 
 class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
@@ -133,7 +128,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         self.device = device
         # whole batches come lent from a slot for copies (``copy``) and for copies to a device
         self._lend = copy or run.outputs.lends
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         self.num_envs = run.num_envs
         self._all = list(range(self.num_envs))
         self._all_ids = np.arange(self.num_envs)
@@ -166,7 +161,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         self._assert_is_running()
         seeds = seed_list(seed, self.num_envs)
-        self._expect_state(_State.DEFAULT, "reset_async")
+        expect_idle(self._state, "reset_async", self._run.in_flight)
         mask = np.ones(self.num_envs, dtype=bool)
         if options is not None and "reset_mask" in options:
             options = dict(options)
@@ -176,10 +171,10 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
         self._run.start_reset(requests, self._lend)
-        self._state = _State.WAITING_RESET
+        self._state = CallState.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
-        batch = self._wait_pending(_State.WAITING_RESET, "reset_wait", "reset_async", timeout)
+        batch = self._wait_pending(CallState.WAITING_RESET, "reset_wait", "reset_async", timeout)
         # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
         chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
         obs = self._run.outputs.observations(batch, self.copy)
@@ -197,51 +192,29 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
-        self._expect_state(_State.DEFAULT, "step_async")
+        expect_idle(self._state, "step_async", self._run.in_flight)
         self._run.start_step(actions, self._lend)
-        self._state = _State.WAITING_STEP
+        self._state = CallState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        return self._results(self._wait_pending(_State.WAITING_STEP, "step_wait", "step_async", timeout))
+        return self._results(self._wait_pending(CallState.WAITING_STEP, "step_wait", "step_async", timeout))
 
-    def _wait_pending(self, state: _State, call: str, opener: str, timeout: float | None) -> Batch:
+    def _wait_pending(self, state: CallState, call: str, opener: str, timeout: float | None) -> Batch:
         """The results of the pending ``state`` call (``call``, opened by ``opener``); whatever
         happens, the vec env is back in the default state after it."""
         self._assert_is_running()
-        self._expect_pending(state, call, opener)
+        expect_pending(self._state, state, call, opener)
         try:
             return self._run.finish(timeout)
         except WorkerError as error:
             raise_as_async_vector_env(error)
         finally:
-            self._state = _State.DEFAULT
+            self._state = CallState.DEFAULT
 
     def _results(self, batch: Batch) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Gymnasium-shaped results of ``batch`` (numpy, or torch tensors for a ``device``; infos stay numpy)."""
-        ids = batch.ids
-        finals: dict[int, dict[str, Any]] = {}
-        restarted = batch.restarted  # envs whose episode a worker restart cut short: their info says so
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
-            finals = dict(zip(ended, batch.infos(ended, "final")))
-            for i in restarted:  # in the final info, as the episode's end (a redone reset's own info says so)
-                if i in finals:
-                    finals[i]["worker_restarted"] = True
-            restarted = ()
-        if finals or restarted:  # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
-            adder = self if batch.env_ids is None else InfoBatch(len(ids))
-            infos: dict[str, Any] = {}
-            for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
-                if i in finals:
-                    final_obs = batch.final_observation(i)
-                    infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": final_obs}, k)
-                if i in restarted:  # NEXT_STEP, DISABLED: in the step's info (the step returns the last observation)
-                    step_info = {**step_info, "worker_restarted": True}
-                infos = adder._add_info(infos, step_info, k)
-        else:
-            whole = batch.env_ids is None
-            id_array = self._all_ids if whole else batch.env_ids
-            infos = vector_infos(batch, len(ids), id_array, self._all_ids[: len(ids)], self if whole else None)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        infos = step_infos(batch, same_step, self._all_ids, self)
         return (*self._run.outputs.step(batch, batch.rewards, self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
@@ -249,12 +222,12 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
-        self._expect_state(_State.DEFAULT, "async_reset")
+        expect_idle(self._state, "async_reset", self._run.in_flight)
         self._run.async_reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
     def _check_send(self) -> None:
         self._assert_is_running()
-        self._expect_state(_State.DEFAULT, "send")
+        expect_idle(self._state, "send", self._run.in_flight)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
@@ -280,15 +253,15 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._assert_is_running()
-        self._expect_state(_State.DEFAULT, "call_async")
+        expect_idle(self._state, "call_async", self._run.in_flight)
         self._call = (name, args, kwargs)
-        self._state = _State.WAITING_CALL
+        self._state = CallState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         self._assert_is_running()
-        self._expect_pending(_State.WAITING_CALL, "call_wait", "call_async")
+        expect_pending(self._state, CallState.WAITING_CALL, "call_wait", "call_async")
         name, args, kwargs = self._call
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         try:
@@ -308,7 +281,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        self._expect_state(_State.DEFAULT, "set_attr")
+        expect_idle(self._state, "set_attr", self._run.in_flight)
         try:
             for i, value in enumerate(values):
                 self._run.call(CallOp.SET_ATTR, [i], name, value, True)
@@ -331,13 +304,13 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
         """Close the workers; a pending call is waited for first (``timeout``), as AsyncVectorEnv does."""
         timeout = 0 if terminate else timeout
-        if self._state is not _State.DEFAULT:
+        if self._state is not CallState.DEFAULT:
             logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
             try:
                 getattr(self, f"{self._state.value}_wait")(timeout)
             except Exception:  # a failed or timed-out call: the workers are shut down below anyway
                 pass
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         self._run.close()
 
     def __enter__(self) -> ShmVectorEnv:
@@ -359,25 +332,9 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         ``*_wait``): a call left pending would make close() wait for it, forever on an env that
         hangs. The vec env returns to the default state instead, and close() shuts the workers
         down without waiting. (A ``try`` costs nothing on the step path, a context manager does.)"""
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
 
     def _assert_is_running(self) -> None:
         if self.closed:
             raise ClosedError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
         self._run.check_usable()
-
-    def _expect_state(self, state: _State, call: str) -> None:
-        if call not in ("send", "async_reset") and self._run.in_flight:
-            raise AlreadyPendingCallError(
-                f"Calling `{call}` while envs are in flight from send(); recv() them first", "recv"
-            )
-        if self._state is not state:
-            end = "" if call == "reset_async" else "."  # AsyncVectorEnv's messages, to the character
-            raise AlreadyPendingCallError(
-                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete{end}",
-                str(self._state.value),
-            )
-
-    def _expect_pending(self, state: _State, call: str, opener: str) -> None:
-        if self._state is not state:
-            raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", state.value)

@@ -41,7 +41,7 @@ from vecshm import ActorDiedError, ClosedError, FailedError, StepTimeoutError, W
 
 ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
 from vecshm.ray import RayVecEnv  # noqa: E402
-from vecshm.ray.vec_env import CLOSE_TIMEOUT  # noqa: E402
+from vecshm.ray.ending import CLOSE_TIMEOUT  # noqa: E402
 
 # one process of make test's -n runs them all (xdist_group), on the one cluster of the module
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.xdist_group("ray")]

@@ -18,12 +18,12 @@ import numpy as np
 import ray
 
 from vecshm.ray.failures import Failure, capture
-from vecshm.shared.pickling import Pickled, PickledFactory
+from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.shared.protocol import CallOp
 from vecshm.shared.registry import adopt_registry
 from vecshm.vec_env.shm import SB3_CALLS, ShmVecEnv
 
-__all__ = ["EnvHost", "assigned_cpus", "host_options"]
+__all__ = ["EnvHost", "assigned_cpus", "host_options", "launch_host"]
 
 
 def assigned_cpus() -> int | None:
@@ -126,3 +126,23 @@ class EnvHost:
     def close(self) -> None:
         if self.venv is not None:
             self.venv.close()
+
+
+_EnvHostActor = ray.remote(EnvHost)
+
+
+def launch_host(
+    fns: list[Any],
+    share: tuple[int, int],
+    k: int,
+    actor_options: dict[str, Any],
+    shm_options: dict[str, Any],
+    registry: bytes,
+) -> Any:
+    """Start actor ``k`` (with Ray's ``actor_options``), hosting the envs ``fns[start:stop]`` (``share``)
+    in a ``ShmVecEnv`` with ``shm_options``; each factory travels by value, loaded only on its node."""
+    start, stop = share
+    factories = [
+        PickledFactory(factories_by_value(fns, i, i + 1, f"Ray actor {k}", can_fork=False)) for i in range(start, stop)
+    ]
+    return _EnvHostActor.options(**actor_options).remote(factories, start, k, shm_options, registry)

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import ray
 
-__all__ = ["CLOSE_TIMEOUT", "alive_nodes", "unanswered", "end_actors"]
+__all__ = ["CLOSE_TIMEOUT", "alive_nodes", "unanswered", "end_actors", "close_actors"]
 
 CLOSE_TIMEOUT = 10.0  # seconds for an actor to close its vec env before it is killed
 
@@ -62,3 +62,16 @@ def end_actors(actors: Sequence[Any], hosts: Sequence[Any], busy: Sequence[int] 
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(stuck, timeout=CLOSE_TIMEOUT)
+
+
+def close_actors(actors: list[Any], hosts: Sequence[Any], busy: list[int], ask: bool) -> None:
+    """End ``actors`` (on ``hosts``): those not ``busy`` in a call are first asked to close their vec
+    env (``ask``; not after a failure), and given ``CLOSE_TIMEOUT`` seconds to; then each is ended."""
+    if not ray.is_initialized():  # ray.shutdown() already ended the actors
+        return
+    closing = {k: a.close.remote() for k, a in enumerate(actors) if a is not None and k not in busy} if ask else {}
+    try:
+        busy = busy + unanswered(closing, wait=CLOSE_TIMEOUT)  # their close did not return
+    except Exception:
+        pass
+    end_actors(actors, hosts, busy)

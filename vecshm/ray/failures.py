@@ -9,10 +9,14 @@ instead, and the driver rebuilds vecshm's own exception from it, so ``except Wor
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import cloudpickle
+import numpy as np
+import ray
+from ray.exceptions import RayActorError
 
 from vecshm.parent.processes.lifetime import describe_envs, describe_exit
 from vecshm.shared.errors import (
@@ -23,8 +27,9 @@ from vecshm.shared.errors import (
     WorkerError,
     remote_errors,
 )
+from vecshm.shared.layout import tree_map
 
-__all__ = ["Failure", "capture", "actor_died", "to_exception"]
+__all__ = ["Failure", "capture", "actor_died", "to_exception", "restarted_step", "first_answers"]
 
 
 @dataclass
@@ -114,3 +119,36 @@ def to_exception(failures: list[Failure]) -> BaseException:
                 error.add_note(f"(raised in {first.where} during {first.command})")
             return error
     return RuntimeError(f"{first.where} failed during {first.command}: {first.detail}")
+
+
+def restarted_step(obs: Any, reset_infos: list[dict], last: Any, n: int) -> tuple[Any, ...]:
+    """An actor's step answer for its ``n`` envs after a restart: the new actor's reset ``obs``, each
+    episode ended as truncated on the ``last`` observation the driver saw, and the reset infos."""
+
+    def row(i: int) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda leaf: leaf[i].copy()
+
+    infos = [
+        {
+            "TimeLimit.truncated": True,
+            "terminal_observation": tree_map(row(i), last),
+            "actor_restarted": True,
+            "worker_restarted": True,
+        }
+        for i in range(n)
+    ]
+    # rewards of 0.0 as a Python float's, the dtype ShmVecEnv gives a reset's
+    return obs, np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool), infos, dict(enumerate(reset_infos))
+
+
+def first_answers(refs: list[Any], timeout: float | None, where: str, what: str, envs: list[int]) -> Any:
+    """The answers to a new actor's first calls (``refs``), or the :class:`Failure` that ended them:
+    not answered within ``timeout``, the actor dead, or a failure it reported (``what``: the command)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    if len(ready) < len(refs):
+        return Failure("timeout", where, what, envs, detail="the new actor")
+    try:
+        answers = ray.get(refs)
+    except RayActorError as died:
+        return actor_died(where, what, envs, died)
+    return next((answer for answer in answers if isinstance(answer, Failure)), answers)

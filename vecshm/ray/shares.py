@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from vecshm.shared.layout import tree_map
 
 DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
-__all__ = ["split", "concat", "writable", "writable_terminals", "options_per_actor", "host_spaces"]
+__all__ = ["split", "concat", "writable", "writable_terminals", "options_per_actor", "host_spaces", "places_by_actor"]
 
 
 def split(num_envs: int, parts: int) -> list[tuple[int, int]]:
@@ -69,3 +70,13 @@ def host_spaces(hosts: list[dict]) -> tuple[gym.Space, gym.Space]:
                     f"{first[name]}; every env of a vec env must have the same spaces"
                 )
     return first["observation_space"], first["action_space"]
+
+
+def places_by_actor(starts: list[int], targets: list[int]) -> dict[int, list[tuple[int, int]]]:
+    """For each actor ``k`` (whose first env is ``starts[k]``), the ``(position in targets, index
+    within the actor)`` of each of ``targets`` it hosts, in the targets' order."""
+    by_actor: dict[int, list[tuple[int, int]]] = {}
+    for position, i in enumerate(targets):
+        k = bisect.bisect_right(starts, i) - 1
+        by_actor.setdefault(k, []).append((position, i - starts[k]))
+    return by_actor

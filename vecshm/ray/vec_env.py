@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import pickle
 import warnings
 from collections.abc import Callable, Sequence
@@ -15,13 +14,13 @@ from ray.exceptions import RayActorError
 
 from vecshm.parent.core.actions import batch_actions
 from vecshm.parent.processes.lifetime import describe_envs
-from vecshm.ray.actor import EnvHost
-from vecshm.ray.ending import CLOSE_TIMEOUT, alive_nodes, end_actors, unanswered
-from vecshm.ray.failures import Failure, actor_died, to_exception
-from vecshm.ray.shares import concat, host_spaces, options_per_actor, split, writable_terminals
+from vecshm.ray.actor import launch_host
+from vecshm.ray.ending import alive_nodes, close_actors, end_actors, unanswered
+from vecshm.ray.failures import Failure, actor_died, first_answers, restarted_step, to_exception
+from vecshm.ray.shares import concat, host_spaces, options_per_actor, places_by_actor, split, writable_terminals
 from vecshm.shared.errors import AlreadyPendingCallError, ClosedError, FailedError, NoAsyncCallError
 from vecshm.shared.layout import tree_map
-from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
+from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import Phase
 from vecshm.shared.registry import snapshot_registry
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -32,8 +31,6 @@ __all__ = ["RayVecEnv"]
 MAX_RESTARTS_PER_ACTOR = 20
 IN_FLIGHT_GRACE = 1.0  # seconds for a call still running at close() to finish before its actor is killed
 START_TIMEOUT = 300.0  # default seconds for the actors to be placed and build their envs
-
-_EnvHostActor = ray.remote(EnvHost)
 
 
 class RayVecEnv(VecEnv):
@@ -121,16 +118,7 @@ class RayVecEnv(VecEnv):
 
     def _launch(self, k: int) -> Any:
         start, stop = self._shares[k]
-        return _EnvHostActor.options(**self._per_actor[k]).remote(
-            [
-                PickledFactory(factories_by_value(self._fns, i, i + 1, f"Ray actor {k}", can_fork=False))
-                for i in range(start, stop)
-            ],
-            start,
-            k,
-            self._shm_options,
-            self._registry,
-        )
+        return launch_host(self._fns, (start, stop), k, self._per_actor[k], self._shm_options, self._registry)
 
     def _check_usable(self) -> None:
         if self.closed:
@@ -212,31 +200,14 @@ class RayVecEnv(VecEnv):
         seeds = self._seeds[start:stop] if command == "reset" else [None] * (stop - start)
         options = self._options[start:stop] if command == "reset" else [{}] * (stop - start)
         refs = [self.actors[k].describe.remote(), self.actors[k].reset.remote(seeds, options)]
-        ready, _ = ray.wait(refs, num_returns=2, timeout=self.start_timeout)
-        if len(ready) < 2:
-            return Failure("timeout", where, f"restart after {command}", self._envs_of(k), detail="the new actor")
-        try:
-            host, answer = ray.get(refs)
-        except RayActorError as died:
-            return actor_died(where, f"restart after {command}", self._envs_of(k), died)
-        if isinstance(host, Failure) or isinstance(answer, Failure):
-            return host if isinstance(host, Failure) else answer
-        self.hosts[k] = host
+        answers = first_answers(refs, self.start_timeout, where, f"restart after {command}", self._envs_of(k))
+        if isinstance(answers, Failure):
+            return answers
+        self.hosts[k], answer = answers
         if command == "reset":
             return answer
         obs, reset_infos = answer
-        n, last = stop - start, self._last_obs[k]
-        infos = [
-            {
-                "TimeLimit.truncated": True,
-                "terminal_observation": tree_map(lambda leaf, i=i: leaf[i].copy(), last),
-                "actor_restarted": True,
-                "worker_restarted": True,
-            }
-            for i in range(n)
-        ]
-        # rewards of 0.0 as a Python float's, the dtype ShmVecEnv gives a reset's
-        return obs, np.zeros(n, dtype=np.float64), np.ones(n, dtype=bool), infos, dict(enumerate(reset_infos))
+        return restarted_step(obs, reset_infos, self._last_obs[k], stop - start)
 
     # -- stepping -----------------------------------------------------------------------------------
 
@@ -295,10 +266,7 @@ class RayVecEnv(VecEnv):
         self._check_usable()
         envs = range(self.num_envs)
         targets = [envs[i] for i in self._get_indices(indices)]  # IndexError as SubprocVecEnv's list lookup
-        by_actor: dict[int, list[tuple[int, int]]] = {}
-        for position, i in enumerate(targets):
-            k = bisect.bisect_right(self._starts, i) - 1
-            by_actor.setdefault(k, []).append((position, i - self._starts[k]))
+        by_actor = places_by_actor(self._starts, targets)
         envs_of = {k: [local for _, local in places] for k, places in by_actor.items()}
         results: list[Any] = [None] * len(targets)
         for places, values in zip(by_actor.values(), self._call_actors(name, envs_of, *args, **kwargs)):
@@ -372,16 +340,7 @@ class RayVecEnv(VecEnv):
             return
         self.closed = True
         self.waiting = False
-        if not ray.is_initialized():  # ray.shutdown() already ended the actors
-            return
-        closing = {}
-        if not self._failure:
-            closing = {k: a.close.remote() for k, a in enumerate(self.actors) if a is not None and k not in busy}
-        try:
-            busy = busy + unanswered(closing, wait=CLOSE_TIMEOUT)  # their close did not return
-        except Exception:
-            pass
-        end_actors(self.actors, getattr(self, "hosts", []), busy)
+        close_actors(self.actors, getattr(self, "hosts", []), busy, ask=not self._failure)
 
     def __repr__(self) -> str:
         shares = "/".join(str(stop - start) for start, stop in self._shares) if hasattr(self, "_shares") else "?"

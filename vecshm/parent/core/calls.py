@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vecshm.parent.core.engine import Engine
 from vecshm.shared.errors import VecShmError, remote_errors
 from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import CallOp, Command, Message, Phase
@@ -20,12 +21,12 @@ from vecshm.shared.protocol import CallOp, Command, Message, Phase
 __all__ = ["call", "call_pickled"]
 
 
-def call(engine: Any, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
+def call(engine: Engine, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
     """Run a rare operation on some envs of ``engine``; each env's result."""
     return [pickle.loads(blob) for blob in call_pickled(engine, op, env_ids, args)]
 
 
-def call_pickled(engine: Any, op: CallOp, env_ids: Sequence[int], args: tuple | Pickled) -> list[bytes]:
+def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple | Pickled) -> list[bytes]:
     """:func:`call` for a process that only passes arguments and results on (a Ray actor): the
     arguments may come still pickled (:class:`~vecshm.shared.pickling.Pickled`, loaded by the workers),
     and each env's result is returned as its worker pickled it."""

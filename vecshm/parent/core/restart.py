@@ -5,38 +5,96 @@
 :class:`RestartWorkers` (``on_worker_failure="restart"``) starts a new process from the same
 factories, maps it to the segment, and resets its envs; their lost episodes end as truncated
 once that reset is collected, with the last observation the parent saw (docs/reliability.md).
-The engine asks the policy, and has no branches of its own for restarts.
+Both are a :class:`FailurePolicy`: the engine asks it at four points (a death seen in a wait, a
+worker found dead when sent a message, a step or reset of workers rebuilt while idle, and results
+collected), and has no other branches for restarts. The restart policy acts on the workers through
+the engine's own command calls (``send_resets`` and ``start_step``), which it is given.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+from types import MappingProxyType
+from typing import Any, Protocol
 
 import numpy as np
 
-from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Ticket
+from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Ticket, Waiter
+from vecshm.parent.handback.results import ResultReader
+from vecshm.parent.handback.ring import UnitRing
+from vecshm.parent.options import EngineOptions
+from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import describe_exit, describe_worker
+from vecshm.parent.processes.pool import WorkerPool
 from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset
 from vecshm.shared.units import CLAIM
 
-__all__ = ["RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_WORKER", "REDONE"]
+__all__ = ["FailurePolicy", "RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_PROCESS", "REDONE"]
 
-MAX_RESTARTS_PER_WORKER = 20
+MAX_RESTARTS_PER_PROCESS = 20
 REDONE = None  # in ``restarting``: the env's reset was redone (a :class:`RebuiltReset`), no episode lost
+
+StartStep = Callable[[np.ndarray, int, "dict[int, list[Any]] | None"], Ticket]  # Engine.start_step
+SendResets = Callable[[list[Any], int, "np.ndarray | None"], Ticket]  # Engine.send_resets
+
+
+class FailurePolicy(Protocol):
+    """What a worker process's death does; the engine asks it and nothing else (see the module)."""
+
+    @property
+    def restarting(self) -> Mapping[int, Any]:
+        """Envs whose rebuilt reset is in flight -> their lost episode's last observation."""
+        ...
+
+    @property
+    def rebuilt(self) -> AbstractSet[int]:
+        """Workers rebuilt while idle: their next command resets their envs."""
+        ...
+
+    @property
+    def watches_results(self) -> bool:
+        """Whether :meth:`seen` wants every collected result."""
+        ...
+
+    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
+        """Process ``p`` died during ``ticket``'s command: raise, or return the ticket to wait on."""
+        ...
+
+    def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
+        """Whether a worker found dead when sent a message is left for the next wait to replace."""
+        ...
+
+    def start_rebuilt(
+        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
+    ) -> Ticket:
+        """The step of ``workers``, some of them ``rebuilt``."""
+        ...
+
+    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
+        """A reset's ``requests``, those of ``rebuilt`` workers' envs marked as ending their lost episodes."""
+        ...
+
+    def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
+        """Of ``env_ids`` just collected, those whose lost episode ends now."""
+        ...
+
+    def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None:
+        """Results of ``env_ids`` were collected (``watches_results``)."""
+        ...
 
 
 class RaiseOnFailure:
     """The default policy: a dead worker fails the vec env, whatever it was doing."""
 
-    restarting: dict[int, Any] = {}  # never filled: no episode waits to be ended
+    restarting: Mapping[int, Any] = MappingProxyType({})  # never filled: no episode waits to be ended
     rebuilt: frozenset[int] = frozenset()  # never filled: no worker waits for its envs' resets
     watches_results = False
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
 
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
@@ -44,8 +102,21 @@ class RaiseOnFailure:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
-        """Whether a worker found dead when sent a message is left for the next wait to replace."""
         return False
+
+    def start_rebuilt(
+        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
+    ) -> Ticket:
+        raise AssertionError("no worker is ever rebuilt under this policy")  # pragma: no cover
+
+    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
+        return requests
+
+    def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
+        return {}
+
+    def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None:
+        return None
 
 
 class RestartWorkers:
@@ -69,15 +140,16 @@ class RestartWorkers:
 
     def __init__(
         self,
-        plan: Any,
-        pool: Any,
-        waiter: Any,
-        reader: Any,
-        ring: Any,
-        send_resets: Callable[..., Any],
+        plan: VecEnvPlan,
+        pool: WorkerPool,
+        waiter: Waiter,
+        reader: ResultReader,
+        ring: UnitRing | None,
+        send_resets: SendResets,
         autoreset: AutoReset,
     ) -> None:
         self.plan, self.pool, self.waiter, self.reader, self.ring = plan, pool, waiter, reader, ring
+        assert pool.buffers is not None, "the pool maps the segment before a policy is made"
         self.buffers = pool.buffers
         self.send_resets = send_resets
         self.same_step = autoreset is AutoReset.SAME_STEP
@@ -91,14 +163,20 @@ class RestartWorkers:
         self.counts: dict[int, int] = {}  # restarts per process
         self._last_piped_obs: dict[tuple[Any, int], bytes] = {}  # the dynamic leaves a last observation may need
 
+    @property
+    def _ring(self) -> UnitRing:
+        """The ring, where a command wrote to it (``CLAIM``): only async batches on a ring do."""
+        assert self.ring is not None
+        return self.ring
+
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
         """Replace dead process ``p``; ``ticket`` now expecting its unfinished workers' resets."""
         during = ticket.phase
         if not during.runs_envs:
             self.pool.raise_died(p, during)
         self.counts[p] = self.counts.get(p, 0) + 1
-        if self.counts[p] > MAX_RESTARTS_PER_WORKER:
-            self.pool.raise_died(p, during, f" (after {MAX_RESTARTS_PER_WORKER} restarts, giving up)")
+        if self.counts[p] > MAX_RESTARTS_PER_PROCESS:
+            self.pool.raise_died(p, during, f" (after {MAX_RESTARTS_PER_PROCESS} restarts, giving up)")
         process = self.pool.processes[p]
         process.join(1.0)
         warnings.warn(
@@ -125,7 +203,7 @@ class RestartWorkers:
         return ticket
 
     def start_rebuilt(
-        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: Callable[..., Ticket]
+        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
     ) -> Ticket:
         """The step of ``workers`` into ``slot``, where the ``rebuilt`` among them are sent their
         envs' resets instead (their actions are dropped) and the others the step (``start_step``,
@@ -163,7 +241,7 @@ class RestartWorkers:
         """Worker ``w``'s rebuilt envs' reset requests, whose last results (those the caller saw)
         went to ``last_slot``; the lost episodes are ended (``restarting``). ``redo_reset``: the
         command lost was a reset, which is redone (without its seed), and no episode was lost."""
-        redo_reset = redo_reset or (last_slot == CLAIM and self.ring.latest[w] < 0)  # (no ring result seen yet)
+        redo_reset = redo_reset or (last_slot == CLAIM and self._ring.latest[w] < 0)  # (no ring result seen yet)
         requests: list[Any] = []
         for k, i in enumerate(self.plan.worker_envs(w)):
             if redo_reset or (self.episode_over is not None and self.episode_over[i]):
@@ -171,7 +249,7 @@ class RestartWorkers:
                 requests.append(RebuiltReset({}))
                 continue
             if last_slot == CLAIM:  # the unit the ring keeps for the worker's latest results
-                arrays, row = self.buffers.ring, self.ring.latest[w] * self.ring.unit_rows + k
+                arrays, row = self.buffers.ring, self._ring.latest[w] * self._ring.unit_rows + k
             else:
                 arrays, row = self.buffers.obs_slots[last_slot], i
             last = self.reader.observation_in(arrays, row, i, self._last_piped_obs)
@@ -194,7 +272,7 @@ class RestartWorkers:
             if self.waiter.watch.wait(WORKER_CHECK_SECONDS):  # another dead process: its turn comes next
                 time.sleep(0.001)
             self.pool.done_bell.take()
-        self.ring.recover_claims()
+        self._ring.recover_claims()
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         """A worker that died while idle is replaced at the next wait, which resets its envs."""
@@ -222,8 +300,14 @@ class RestartWorkers:
 
 
 def failure_policy(
-    options: Any, plan: Any, pool: Any, waiter: Any, reader: Any, ring: Any, send_resets: Callable[..., Any]
-) -> RaiseOnFailure | RestartWorkers:
+    options: EngineOptions,
+    plan: VecEnvPlan,
+    pool: WorkerPool,
+    waiter: Waiter,
+    reader: ResultReader,
+    ring: UnitRing | None,
+    send_resets: SendResets,
+) -> FailurePolicy:
     """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
     if options.restarts:
         return RestartWorkers(plan, pool, waiter, reader, ring, send_resets, options.autoreset)

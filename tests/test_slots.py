@@ -12,8 +12,8 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent.handback import lending
-from vecshm.parent.handback.lending import DEFAULT_LENDABLE_SLOTS
+from vecshm.parent.handback import results
+from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS
 
 
 def in_segment_mapping(address: int) -> bool:
@@ -33,7 +33,7 @@ def first_address(obs: np.ndarray) -> int:
 @pytest.mark.parametrize("obs_key", ["frame_u8", "dict_img"])
 def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
-    monkeypatch.setattr(lending, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
+    monkeypatch.setattr(results, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []

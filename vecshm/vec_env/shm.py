@@ -10,7 +10,6 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.core.run import RunProperties, VecRun
-from vecshm.parent.handback.delivery import NUMPY, NumpyOutputs
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_INFO_BYTES
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
@@ -131,11 +130,12 @@ class ShmVecEnv(RunProperties, VecEnv):
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         self.waiting = False
         batch = self._run.finish()
-        obs, rewards, terminated, truncated, infos = self._results(batch, NUMPY)
+        obs, rewards, terminated, truncated, infos = self._results(batch, device=False)
         return obs, rewards, terminated | truncated, infos
 
-    def _results(self, batch: Batch, outputs: NumpyOutputs) -> tuple[Any, Any, Any, Any, list]:
-        """SB3-shaped results of ``batch``, observations, rewards and flags as ``outputs`` gives them.
+    def _results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, list]:
+        """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
+        the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
         env's next reset, as in SB3's DummyVecEnv.
@@ -158,7 +158,10 @@ class ShmVecEnv(RunProperties, VecEnv):
             for k, i in enumerate(ids):
                 if i in batch.restarted:
                     infos[k]["worker_restarted"] = True
-        return (*outputs.step(batch, batch.stacked_rewards(), self.copy), infos)
+        rewards = batch.stacked_rewards()
+        if device:
+            return (*self._run.step_results(batch, rewards, self.copy), infos)
+        return batch.observations(self.copy), rewards, batch.terminated, batch.truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -180,7 +183,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         """
         self._run.check_usable()
         batch = self._run.recv()
-        obs, rewards, terminated, truncated, infos = self._results(batch, self._run.outputs)
+        obs, rewards, terminated, truncated, infos = self._results(batch, device=True)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:

@@ -161,7 +161,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         self._assert_is_running()
         seeds = seed_list(seed, self.num_envs)
-        expect_idle(self._state, "reset_async", self._run.in_flight)
+        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
+            expect_idle(self._state, "reset_async", self._run.in_flight)
         mask = np.ones(self.num_envs, dtype=bool)
         if options is not None and "reset_mask" in options:
             options = dict(options)
@@ -177,7 +178,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         batch = self._wait_pending(CallState.WAITING_RESET, "reset_wait", "reset_async", timeout)
         # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
         chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
-        obs = self._run.outputs.observations(batch, self.copy)
+        obs = self._run.observations(batch, self.copy)
         return obs, vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     # -- step -------------------------------------------------------------------------------------
@@ -192,7 +193,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def step_async(self, actions: Any) -> None:
         self._assert_is_running()
-        expect_idle(self._state, "step_async", self._run.in_flight)
+        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
+            expect_idle(self._state, "step_async", self._run.in_flight)
         self._run.start_step(actions, self._lend)
         self._state = CallState.WAITING_STEP
 
@@ -203,7 +205,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         """The results of the pending ``state`` call (``call``, opened by ``opener``); whatever
         happens, the vec env is back in the default state after it."""
         self._assert_is_running()
-        expect_pending(self._state, state, call, opener)
+        if self._state is not state:
+            expect_pending(self._state, state, call, opener)
         try:
             return self._run.finish(timeout)
         except WorkerError as error:
@@ -215,19 +218,21 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         """Gymnasium-shaped results of ``batch`` (numpy, or torch tensors for a ``device``; infos stay numpy)."""
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         infos = step_infos(batch, same_step, self._all_ids, self)
-        return (*self._run.outputs.step(batch, batch.rewards, self.copy), infos)
+        return (*self._run.step_results(batch, batch.rewards, self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
-        expect_idle(self._state, "async_reset", self._run.in_flight)
+        if self._state is not CallState.DEFAULT:  # (the check, only to raise; envs may be in flight)
+            expect_idle(self._state, "async_reset", self._run.in_flight)
         self._run.async_reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
     def _check_send(self) -> None:
         self._assert_is_running()
-        expect_idle(self._state, "send", self._run.in_flight)
+        if self._state is not CallState.DEFAULT:  # (the check, only to raise; envs may be in flight)
+            expect_idle(self._state, "send", self._run.in_flight)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
@@ -253,13 +258,15 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._assert_is_running()
-        expect_idle(self._state, "call_async", self._run.in_flight)
+        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
+            expect_idle(self._state, "call_async", self._run.in_flight)
         self._call = (name, args, kwargs)
         self._state = CallState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         self._assert_is_running()
-        expect_pending(self._state, CallState.WAITING_CALL, "call_wait", "call_async")
+        if self._state is not CallState.WAITING_CALL:
+            expect_pending(self._state, CallState.WAITING_CALL, "call_wait", "call_async")
         name, args, kwargs = self._call
         self._state = CallState.DEFAULT
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):
@@ -281,7 +288,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        expect_idle(self._state, "set_attr", self._run.in_flight)
+        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
+            expect_idle(self._state, "set_attr", self._run.in_flight)
         try:
             for i, value in enumerate(values):
                 self._run.call(CallOp.SET_ATTR, [i], name, value, True)

@@ -23,7 +23,8 @@ import numpy as np
 
 from vecshm.parent.core.engine import Engine, Ready, finished_workers
 from vecshm.parent.core.waiting import Ticket, new_ticket
-from vecshm.parent.handback.results import NO_EXTRAS, Batch, Extras
+from vecshm.parent.handback.extras import NO_EXTRAS, Extras
+from vecshm.parent.handback.results import Batch
 from vecshm.parent.handback.ring import UnitRing, units_spanned
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError

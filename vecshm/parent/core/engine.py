@@ -22,8 +22,8 @@ from vecshm.parent.core.actions import ActionWriter
 from vecshm.parent.core.balance import CoreBalance
 from vecshm.parent.core.restart import failure_policy
 from vecshm.parent.core.waiting import Ticket, Waiter, new_ticket
-from vecshm.parent.handback.lending import ObservationSlots
-from vecshm.parent.handback.results import NO_EXTRAS, Batch, Collected, Extras, ResultReader
+from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
+from vecshm.parent.handback.results import Batch, ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan, as_env_list

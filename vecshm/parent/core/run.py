@@ -29,7 +29,7 @@ from vecshm.parent.core.batching import AsyncBatches
 from vecshm.parent.core.calls import call, call_pickled
 from vecshm.parent.core.engine import Engine
 from vecshm.parent.core.waiting import Ticket, WaitObserver
-from vecshm.parent.handback.delivery import NumpyOutputs, build_outputs, output_device
+from vecshm.parent.handback.delivery import NUMPY, NumpyOutputs, build_outputs, output_device
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
@@ -162,10 +162,23 @@ class VecRun:
 
     def recv(self, timeout: float | None = None) -> Batch:
         """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``)."""
-        self.outputs.before_batch()
+        if self.outputs is not NUMPY:  # (numpy outputs: nothing to do, and nothing to call on the step path)
+            self.outputs.before_batch()
         batch = self._batches.recv(timeout)
         self._last_batch = batch.env_ids
         return batch
+
+    def observations(self, batch: Batch, copy: bool) -> Any:
+        """``batch``'s observations as the outputs give them (numpy arrays, or tensors for a ``device``)."""
+        if self.outputs is NUMPY:
+            return batch.observations(copy)
+        return self.outputs.observations(batch, copy)
+
+    def step_results(self, batch: Batch, rewards: np.ndarray, copy: bool) -> tuple[Any, Any, Any, Any]:
+        """``(observations, rewards, terminations, truncations)`` of ``batch`` as the outputs give them."""
+        if self.outputs is NUMPY:
+            return batch.observations(copy), rewards, batch.terminated, batch.truncated
+        return self.outputs.step(batch, rewards, copy)
 
     @property
     def in_flight(self) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vecshm.parent.handback.lending import DEFAULT_LENDABLE_SLOTS, lend_arrays
+from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
 from vecshm.shared.units import UnitPipe
@@ -34,7 +34,7 @@ from vecshm.shared.units import UnitPipe
 __all__ = ["UnitRing", "ring_units", "segment_spec", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
 
 LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied out
-RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see lending.LEND_MIN_BYTES)
+RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see results.LEND_MIN_BYTES)
 
 
 def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:

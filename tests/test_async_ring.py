@@ -25,7 +25,6 @@ from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-import vecshm.parent.handback.ring
 from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
 from vecshm.parent.core.batching import AsyncBatches
 from vecshm.parent.core.engine import Engine
@@ -38,10 +37,8 @@ STEPS = 90
 RING_SPACES = [key for key in SPACES if not key.startswith("dyn_")] + ["dyn_mixed"]
 
 
-@pytest.fixture
-def ring_always(monkeypatch):
-    """Use the ring however small the observations (it is a parent-side choice; workers follow)."""
-    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0)
+# Use the ring however small the observations (lend_min_bytes=0: every batch lent).
+RING_ALWAYS = {"lend_min_bytes": 0}
 
 
 def action(env: int, k: int) -> int:
@@ -91,12 +88,16 @@ PORTABLE = {"dict", "dyn_mixed"}
         for key, plan in RING_PLANS
     ],
 )
-def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, no_leaks):
+def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, no_leaks):
     per_worker, batch = plan
     histories = defaultdict(list)  # every batch stays held: the first ones lent, later ones copied
     lent = 0
     with ShmVectorEnv(
-        space_fns(key), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
+        space_fns(key),
+        batch_size=batch,
+        envs_per_worker=per_worker,
+        shared_memory=shared_memory_for(key),
+        **RING_ALWAYS,
     ) as envs:
         assert envs.runtime.ring
         envs.async_reset(seed=0)
@@ -116,11 +117,11 @@ def test_gymnasium_ring_batches_match_a_synchronous_run(key, plan, ring_always, 
 
 @pytest.mark.transport
 @pytest.mark.parametrize(("per_worker", "batch"), [(2, 3), (3, 2), (3, 4)])
-def test_batches_ending_inside_a_unit_dropped_at_once_match_a_synchronous_run(per_worker, batch, ring_always, no_leaks):
+def test_batches_ending_inside_a_unit_dropped_at_once_match_a_synchronous_run(per_worker, batch, no_leaks):
     """Each lent batch is dropped before the next ``recv``: a unit whose other rows still wait for
     the next batch must not go back to the workers with it (two workers would then claim it)."""
     histories = defaultdict(list)
-    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=batch, envs_per_worker=per_worker) as envs:
+    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=batch, envs_per_worker=per_worker, **RING_ALWAYS) as envs:
         assert envs.runtime.ring
         envs.async_reset(seed=0)
         lent = 0
@@ -179,18 +180,19 @@ def test_sb3_ring_batches_match_a_synchronous_run_infos_included(no_leaks):
 
 
 @pytest.mark.transport
-def test_a_batch_of_several_workers_comes_back_to_send_as_checked(ring_always, no_leaks):
+def test_a_batch_of_several_workers_comes_back_to_send_as_checked(no_leaks):
     """``recv`` remembers the multi-worker batches it returns as checked (they come in too many
     orders for the cache of checked lists); what it remembers is what the check would find."""
     fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(8)]  # workers finish in varying order
-    engine = Engine(fns, EngineOptions(AutoReset.NEXT_STEP, envs_per_worker=2, async_batch=4))
+    engine = Engine(fns, EngineOptions(AutoReset.NEXT_STEP, envs_per_worker=2, async_batch=4, **RING_ALWAYS))
     try:
         batches = AsyncBatches(engine, 4)
         batches.reset([{"seed": 1 + i, "options": None} for i in range(8)])
         for _ in range(8):
             ids = np.asarray(batches.recv().env_ids, dtype=np.int64)
-            remembered = batches._ids[(ids.shape, ids.tobytes())]
-            checked = batches._check(ids)
+            remembered = batches.remembered(ids)
+            checked = batches.check_ids(ids)
+            assert remembered is not None
             assert [a.tolist() for a in remembered[:2]] == [a.tolist() for a in checked[:2]]
             assert remembered[2] is checked[2] is True
             assert not remembered[0].flags.writeable and not remembered[1].flags.writeable
@@ -202,8 +204,8 @@ def test_a_batch_of_several_workers_comes_back_to_send_as_checked(ring_always, n
 
 
 @pytest.mark.transport
-def test_held_batches_stay_intact_and_units_come_back_when_dropped(ring_always, no_leaks):
-    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=2, envs_per_worker=1) as envs:
+def test_held_batches_stay_intact_and_units_come_back_when_dropped(no_leaks):
+    with ShmVectorEnv(space_fns("box_f64_2d"), batch_size=2, envs_per_worker=1, **RING_ALWAYS) as envs:
         envs.async_reset(seed=0)
         held, copies = [], []
         for _ in range(40):  # hold every batch: past the ring's lending budget, batches are copies
@@ -227,9 +229,9 @@ def test_held_batches_stay_intact_and_units_come_back_when_dropped(ring_always, 
 
 
 @pytest.mark.transport
-def test_worker_killed_mid_batch_names_its_envs(ring_always, no_leaks):
+def test_worker_killed_mid_batch_names_its_envs(no_leaks):
     fns = [faulty("sigkill", fail_at=3) if i == 3 else healthy for i in range(4)]
-    venv = ShmVecEnv(fns, batch_size=2, envs_per_worker=1)
+    venv = ShmVecEnv(fns, batch_size=2, envs_per_worker=1, **RING_ALWAYS)
     assert venv.runtime.ring
     venv.async_reset()
     # the live workers could fill every batch on their own: the death must still surface, soon
@@ -243,9 +245,9 @@ def test_worker_killed_mid_batch_names_its_envs(ring_always, no_leaks):
 
 @pytest.mark.transport
 @pytest.mark.parametrize("fault, message", [("raise", "env 2 raised .*boom"), ("bad_shape", "env 2 raised .*fit")])
-def test_env_errors_mid_batch_name_the_env(fault, message, ring_always, no_leaks):
+def test_env_errors_mid_batch_name_the_env(fault, message, no_leaks):
     fns = [faulty(fault, fail_at=3) if i == 2 else healthy for i in range(4)]
-    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2) as envs:
+    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2, **RING_ALWAYS) as envs:
         envs.async_reset(seed=0)
         # Until env 2 fails, not a fixed number of rounds: which worker finishes first is the
         # scheduler's call, and on a loaded machine worker 0 can be returned many times running.
@@ -258,10 +260,10 @@ def test_env_errors_mid_batch_name_the_env(fault, message, ring_always, no_leaks
 
 
 @pytest.mark.transport
-def test_an_env_error_comes_at_the_next_recv_though_other_workers_keep_finishing(ring_always, no_leaks):
+def test_an_env_error_comes_at_the_next_recv_though_other_workers_keep_finishing(no_leaks):
     """A failed worker claims no unit; a healthy one that finished too must not hide its error."""
     fns = [faulty("raise", fail_at=1) if i == 2 else healthy for i in range(4)]
-    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2) as envs:
+    with ShmVectorEnv(fns, batch_size=2, envs_per_worker=2, **RING_ALWAYS) as envs:
         envs.async_reset(seed=0)
         for env_ids in [envs.recv()[-1], envs.recv()[-1]]:  # both workers' envs, then both sent again
             envs.send(np.zeros(2, dtype=np.int64), env_ids)
@@ -273,8 +275,8 @@ def test_an_env_error_comes_at_the_next_recv_though_other_workers_keep_finishing
 
 
 @pytest.mark.transport
-def test_close_with_batches_in_flight_and_held(ring_always, no_leaks):
-    envs = ShmVectorEnv(space_fns("frame_u8"), batch_size=3, envs_per_worker=3)
+def test_close_with_batches_in_flight_and_held(no_leaks):
+    envs = ShmVectorEnv(space_fns("frame_u8"), batch_size=3, envs_per_worker=3, **RING_ALWAYS)
     envs.async_reset(seed=0)
     obs, *_, env_ids = envs.recv()
     envs.send(np.zeros(3, dtype=np.int64), env_ids)  # every env in flight, one batch held

@@ -15,8 +15,8 @@ import pytest
 
 import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent.core import balance
 from vecshm.parent.core.balance import CoreBalance
+from vecshm.parent.options import BalanceRules
 from vecshm.shared.affinity import usable_cores
 
 pytestmark = pytest.mark.skipif(
@@ -27,20 +27,29 @@ CORES = usable_cores()
 
 
 class Clock:
+    """The balance's clock, and what adds up the parent's waits (the engine's Waiter does that)."""
+
     def __init__(self) -> None:
         self.now = 100.0
+        self.waited_seconds = 0.0
 
     def __call__(self) -> float:
         return self.now
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The balance's clock, and no gap between batches taken for a pause (but in the pause test)."""
-    clock = Clock()
-    monkeypatch.setattr(balance.time, "perf_counter", clock)
-    monkeypatch.setattr(balance, "PAUSE_SECONDS", math.inf)
-    return clock
+def clock() -> Clock:
+    return Clock()
+
+
+def rules(clock: Clock, **changes: float) -> BalanceRules:
+    """The balance's rules on ``clock``, with no gap between batches taken for a pause (but where
+    ``changes`` says otherwise)."""
+    return BalanceRules(clock=clock, **{"pause_seconds": math.inf, **changes})
+
+
+def balance_of(cores: list[int], busy: np.ndarray, pids, clock: Clock, enabled: bool = True, **changes: float):
+    return CoreBalance(cores, busy, pids, enabled, clock, rules(clock, **changes))
 
 
 @pytest.fixture
@@ -64,7 +73,7 @@ def window(core_balance: CoreBalance, clock: Clock, busy: np.ndarray, parent: fl
     """One balance window of a second: the parent worked ``parent`` seconds of it (waited the
     rest), the workers ``workers`` seconds in all."""
     clock.now += 1.0
-    core_balance.waited(1.0 - parent)
+    clock.waited_seconds += 1.0 - parent
     busy[0] += workers
     core_balance.tick()
 
@@ -72,7 +81,7 @@ def window(core_balance: CoreBalance, clock: Clock, busy: np.ndarray, parent: fl
 def test_workers_leave_the_parents_core_while_its_work_is_heavy_and_come_back(clock, idle_processes):
     pids = [p.pid for p in idle_processes]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock)
     core_balance.tick()  # the first batch opens the first window
     assert cores_of(pids) == [CORES, CORES]
     spare = len(CORES) - 1
@@ -94,7 +103,7 @@ def test_the_bounds_scale_with_the_cores_the_workers_keep(clock, cores, reserved
     a sixteenth on 16. 64 Pong envs in async batches of 32 on 16 cores measured a ratio of about 5
     and ran 5-7% faster with the parent's core reserved (docs/benchmark-notes.md): there it is kept."""
     busy = np.zeros(2)
-    core_balance = CoreBalance(list(range(cores)), busy, lambda: [], enabled=True)  # no process to move
+    core_balance = balance_of(list(range(cores)), busy, lambda: [], clock)  # no process to move
     core_balance.tick()
     window(core_balance, clock, busy, parent=0.1, workers=0.5 * (cores - 1))  # ratio 5
     assert core_balance.ratio == pytest.approx(5.0)
@@ -104,19 +113,18 @@ def test_the_bounds_scale_with_the_cores_the_workers_keep(clock, cores, reserved
 def test_a_window_shorter_than_balance_seconds_decides_nothing(clock, idle_processes):
     pids = [p.pid for p in idle_processes]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock)
     core_balance.tick()
-    clock.now += balance.BALANCE_SECONDS / 2
+    clock.now += BalanceRules().window_seconds / 2
     core_balance.tick()
     assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
 
 
-def test_a_window_that_spans_a_pause_is_dropped(clock, idle_processes, monkeypatch):
+def test_a_window_that_spans_a_pause_is_dropped(clock, idle_processes):
     """A caller that paused worked, but not while workers stepped: only batches after the pause count."""
-    monkeypatch.setattr(balance, "PAUSE_SECONDS", 0.5)
     pids = [p.pid for p in idle_processes]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock, pause_seconds=0.5)
     core_balance.tick()
     window(core_balance, clock, busy, parent=1.0, workers=0.0)  # a second since the last batch: a pause
     assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
@@ -130,7 +138,7 @@ def test_release_gives_every_core_back_and_the_next_batches_take_the_last_choice
     the placement the last window chose at their first batch, not a window later."""
     pids = [p.pid for p in idle_processes]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock)
     core_balance.tick()
     window(core_balance, clock, busy, parent=1.0, workers=0.0)
     assert cores_of(pids) == [CORES[1:], CORES[1:]]
@@ -144,19 +152,19 @@ def test_release_gives_every_core_back_and_the_next_batches_take_the_last_choice
     assert not core_balance.reserved
 
 
-def test_before_any_window_the_core_count_chooses():
+def test_before_any_window_the_core_count_chooses(clock):
     """Before a window was measured, async batches reserve the parent's core from 8 cores on (on
     16 cores reserving was the faster placement for every workload measured), not on 2."""
     busy = np.zeros(2)
-    assert CoreBalance(list(range(16)), busy, list, enabled=True).chosen
-    assert not CoreBalance(list(range(2)), busy, list, enabled=True).chosen
+    assert balance_of(list(range(16)), busy, list, clock).chosen
+    assert not balance_of(list(range(2)), busy, list, clock).chosen
 
 
 def test_a_worker_started_since_is_moved_too_and_one_gone_is_skipped(clock, idle_processes):
     first, second = (p.pid for p in idle_processes)
     pids = [first]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=True)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock)
     core_balance.tick()
     window(core_balance, clock, busy, parent=1.0, workers=0.0)
     assert cores_of([first, second]) == [CORES[1:], CORES]
@@ -172,7 +180,7 @@ def test_a_worker_started_since_is_moved_too_and_one_gone_is_skipped(clock, idle
 def test_disabled_it_moves_nothing(clock, idle_processes):
     pids = [p.pid for p in idle_processes]
     busy = np.zeros(2)
-    core_balance = CoreBalance(CORES, busy, lambda: pids, enabled=False)
+    core_balance = balance_of(CORES, busy, lambda: pids, clock, enabled=False)
     for _ in range(3):
         window(core_balance, clock, busy, parent=1.0, workers=0.0)
     assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
@@ -181,11 +189,8 @@ def test_disabled_it_moves_nothing(clock, idle_processes):
 # -- on vec envs ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def always_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every batch decides, and every decision gives the parent its core."""
-    monkeypatch.setattr(balance, "BALANCE_SECONDS", 0.0)
-    monkeypatch.setattr(balance, "RESERVE_BELOW", math.inf)
+# every batch decides, and every decision gives the parent its core
+ALWAYS_RESERVE = {"balance_rules": BalanceRules.always_reserve()}
 
 
 def frame_fns(n: int = 4) -> list:
@@ -201,8 +206,8 @@ def run_batches(env, batches: int = 3) -> None:
 
 
 @pytest.mark.parametrize("cls", [ShmVectorEnv, ShmVecEnv])
-def test_async_batches_move_the_workers_and_a_synchronous_step_moves_them_back(cls, always_reserve):
-    env = cls(frame_fns(), batch_size=2, envs_per_worker=2)
+def test_async_batches_move_the_workers_and_a_synchronous_step_moves_them_back(cls):
+    env = cls(frame_fns(), batch_size=2, envs_per_worker=2, **ALWAYS_RESERVE)
     try:
         pids = [p.pid for p in env.processes]
         run_batches(env)
@@ -218,8 +223,8 @@ def test_async_batches_move_the_workers_and_a_synchronous_step_moves_them_back(c
 
 
 @pytest.mark.parametrize("placement", [{"cpu_affinity": [CORES]}, {"pin_parent": CORES}])
-def test_a_callers_placement_is_left_alone(placement, always_reserve):
-    env = ShmVectorEnv(frame_fns(), batch_size=2, envs_per_worker=2, **placement)
+def test_a_callers_placement_is_left_alone(placement):
+    env = ShmVectorEnv(frame_fns(), batch_size=2, envs_per_worker=2, **placement, **ALWAYS_RESERVE)
     try:
         pids = [p.pid for p in env.processes]
         run_batches(env)
@@ -228,8 +233,8 @@ def test_a_callers_placement_is_left_alone(placement, always_reserve):
         env.close()
 
 
-def test_batches_of_every_env_leave_nothing_in_flight_and_move_nothing(always_reserve):
-    env = ShmVectorEnv(frame_fns(), batch_size=4, envs_per_worker=2)
+def test_batches_of_every_env_leave_nothing_in_flight_and_move_nothing():
+    env = ShmVectorEnv(frame_fns(), batch_size=4, envs_per_worker=2, **ALWAYS_RESERVE)
     try:
         pids = [p.pid for p in env.processes]
         env.async_reset()

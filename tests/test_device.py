@@ -284,8 +284,7 @@ class SlowStream:
 
 def _on_slow_stream(envs: Any, keep_in_flight: int = 1) -> SlowStream:
     stream = SlowStream()
-    envs.run.outputs = DeviceOutputs(stream, keep_in_flight)
-    envs._lend = True
+    envs.run.outputs = DeviceOutputs(stream, keep_in_flight)  # (whose whole batches come lent: ``lends``)
     return stream
 
 

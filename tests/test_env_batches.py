@@ -26,7 +26,6 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
-import vecshm.parent.handback.ring
 from vecshm import (
     AlreadyPendingCallError,
     ClosedError,
@@ -121,7 +120,7 @@ def test_any_batch_size_matches_a_synchronous_run(key, no_leaks):
 
 # seeds drawing the ring with fixed leaves (6, 11, 16, 24, 27), batches copied (0) and dynamic leaves (7)
 @pytest.mark.parametrize("seed", [0, 6, 7, 11, 16, 24, 27])
-def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, monkeypatch, no_leaks):
+def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, no_leaks):
     """Drawn per seed: space, number of envs, envs per worker, batch size, ring or copy; each batch
     sent back in shuffled parts, some held for a few batches and dropped in any order. Every env
     still sees exactly its own actions. Lending a ring unit back to the workers while a held batch
@@ -130,11 +129,11 @@ def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, mon
     key = list(SPACES)[rng.integers(len(SPACES))]
     n, per_worker = int(rng.integers(2, 13)), int(rng.integers(1, 5))
     batch, ring = int(rng.integers(1, n + 1)), bool(rng.integers(2))
-    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
+    lending = {"lend_min_bytes": 0 if ring else 1 << 60}  # the ring, or copies
     histories: dict[int, list] = defaultdict(list)
     held: list[Any] = []
     with ShmVectorEnv(
-        space_fns(key, n), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key)
+        space_fns(key, n), batch_size=batch, envs_per_worker=per_worker, shared_memory=shared_memory_for(key), **lending
     ) as envs:
         envs.async_reset(seed=0)
         for _ in range(25):
@@ -155,15 +154,14 @@ def test_random_arrangements_batches_and_holds_match_a_synchronous_run(seed, mon
 
 
 @pytest.mark.parametrize(("ring", "batch"), [(False, 5), (True, 4), (True, 5)])
-def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, monkeypatch, no_leaks):
+def test_sb3_any_batch_size_matches_dummy_vec_env_infos_included(ring, batch, no_leaks):
     """Terminal observations, ``TimeLimit.truncated`` and piped infos of envs a finished worker left
     for a later ``recv``; from the ring, batches of whole workers and batches that end inside a
     worker's unit, sent back in parts."""
-    monkeypatch.setattr(vecshm.parent.handback.ring, "RING_MIN_UNIT_BYTES", 0 if ring else 1 << 60)
     fns = [make_space_env("box_f32", tag=i, jitter_us=300.0) for i in range(6)]
     rng = np.random.default_rng(3)
     histories: dict[int, list] = defaultdict(list)
-    with ShmVecEnv(fns, batch_size=batch, envs_per_worker=2) as venv:
+    with ShmVecEnv(fns, batch_size=batch, envs_per_worker=2, lend_min_bytes=0 if ring else 1 << 60) as venv:
         assert venv.runtime.ring == ring
         venv.seed(4)
         venv.async_reset()

@@ -48,7 +48,7 @@ def test_keys_that_change_every_step_do_not_grow_the_caches_without_bound():
     lengths = [writer.write({f"episode_{t}": t}, arena, 0) for t in range(3 * MAX_SCHEMAS)]
     assert all(is_columns(length) for length in lengths[:MAX_SCHEMAS])
     assert lengths[MAX_SCHEMAS:] == [None] * (2 * MAX_SCHEMAS)  # pickled from then on
-    assert len(writer._schemas) == MAX_SCHEMAS
+    assert writer.schemas_known == MAX_SCHEMAS
     assert writer.write({"episode_0": 5}, arena, 0) == lengths[0]  # known schemas still take columns
     assert cache.schema(lengths[0], arena, 0).dict_at(arena, 0) == {"episode_0": 5}
 

@@ -12,7 +12,6 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.parent.handback import results
 from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS
 
 
@@ -31,13 +30,12 @@ def first_address(obs: np.ndarray) -> int:
 
 
 @pytest.mark.parametrize("obs_key", ["frame_u8", "dict_img"])
-def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks, monkeypatch):
+def test_held_results_stay_intact_beyond_every_slot(obs_key, no_leaks):
     """Hold more batches than there are slots (the copy fallback) and check each against the reference."""
-    monkeypatch.setattr(results, "LEND_MIN_BYTES", 0)  # lend even the small Dict observations
     fns = [make_space_env(obs_key, tag=i) for i in range(4)]
     rng = np.random.default_rng(0)
     held, expected = [], []
-    with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+    with ShmVecEnv(fns, envs_per_worker=2, lend_min_bytes=0) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         venv.seed(2)
         reference.seed(2)
         held.append(venv.reset())

@@ -7,10 +7,12 @@ spin budgets) live here, so the two facades cannot drift apart on what a keyword
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import platform
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gymnasium import spaces
@@ -20,9 +22,20 @@ from vecshm.shared.errors import SpaceMismatchError
 from vecshm.shared.layout import leaves
 from vecshm.shared.protocol import AutoReset
 
-__all__ = ["EngineOptions", "DEFAULT_INFO_BYTES", "check_same_layout", "tuple_of_values"]
+__all__ = [
+    "EngineOptions",
+    "BalanceRules",
+    "DEFAULT_BALANCE_RULES",
+    "DEFAULT_INFO_BYTES",
+    "LEND_MIN_BYTES",
+    "check_same_layout",
+    "tuple_of_values",
+]
 
 DEFAULT_INFO_BYTES = 2048
+# Lending a batch (a slot's, or the ring's units) costs a few microseconds; below this many bytes of
+# observations a plain copy is cheaper. ``lend_min_bytes=0`` lends every batch.
+LEND_MIN_BYTES = 64 * 1024
 DEFAULT_SPIN_SECONDS = 1e-3
 # A worker waits for its next command while the learner computes actions: spinning through that
 # time takes cores from the learner, while a loop with no learner work turns a step round within a
@@ -56,6 +69,48 @@ def tuple_of_values(space: spaces.Space, values: list[Any]) -> tuple[Any, ...]:
     return tuple(values)
 
 
+# -- the core balance (vecshm.parent.core.balance): the parent's core during async batches ---------
+
+BALANCE_SECONDS = 0.25  # how often the balance is looked at while async batches run
+# From this many cores on, async batches reserve the parent's core from their first batch, before
+# any window was measured: a core is then at most an eighth of the workers', and on 16 cores
+# reserving it was the faster placement for every workload measured (docs/benchmark-notes.md)
+RESERVE_FROM_CORES = 8
+RESERVE_BELOW = 2.5  # workers' busy time per remaining core over the parent's, below which it gets a core
+RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESERVE_BELOW, so it does not flap)
+# (both on 2 cores; CoreBalance scales them by the remaining cores, see tick)
+# A caller that took longer than this between two batches paused (a learner's update, other work):
+# the parent worked then, but not while workers stepped, so a window that spans it would mislead.
+PAUSE_SECONDS = BALANCE_SECONDS / 5
+
+
+@dataclass(frozen=True)
+class BalanceRules:
+    """When :class:`vecshm.parent.core.balance.CoreBalance` looks, and what it decides; the defaults
+    are the constants above, measured on 2 and 16 cores.
+
+    A window lasts ``window_seconds``; a gap over ``pause_seconds`` between batches is a pause. The
+    parent gets a core below a ratio of ``reserve_below``, and gives it back above ``release_above``
+    (both per remaining core over 1); from ``reserve_from_cores`` cores on it takes one from the
+    first batch. ``clock`` reads the time. ``BalanceRules.always_reserve()`` decides at every batch,
+    always for a core of the parent's (to watch the workers move).
+    """
+
+    window_seconds: float = BALANCE_SECONDS
+    pause_seconds: float = PAUSE_SECONDS
+    reserve_below: float = RESERVE_BELOW
+    release_above: float = RELEASE_ABOVE
+    reserve_from_cores: int = RESERVE_FROM_CORES
+    clock: Callable[[], float] = field(default=time.perf_counter, compare=False)
+
+    @classmethod
+    def always_reserve(cls) -> BalanceRules:
+        return cls(window_seconds=0.0, reserve_below=math.inf)
+
+
+DEFAULT_BALANCE_RULES = BalanceRules()
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     """What a facade asks of the engine.
@@ -64,7 +119,9 @@ class EngineOptions:
     facade's rule refuses them; ``batch_dynamic`` batches the per-env values of a dynamic leaf (see
     :mod:`vecshm.shared.layout`) as the facade's peer does; ``max_workers`` caps the processes;
     ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``;
-    ``async_batch``: the size of the async batches to come (None: whole batches only).
+    ``async_batch``: the size of the async batches to come (None: whole batches only);
+    ``lend_min_bytes``: the smallest batch of observations lent rather than copied (see ``LEND_MIN_BYTES``);
+    ``balance_rules``: when the parent gets a core of its own during async batches (:class:`BalanceRules`).
     """
 
     autoreset: AutoReset
@@ -83,6 +140,8 @@ class EngineOptions:
     batch_dynamic: Callable[[spaces.Space, list[Any]], Any] = tuple_of_values
     max_workers: int | None = None
     async_batch: int | None = None
+    lend_min_bytes: int = LEND_MIN_BYTES
+    balance_rules: BalanceRules = DEFAULT_BALANCE_RULES
 
     def __post_init__(self) -> None:
         if self.on_worker_failure not in ON_WORKER_FAILURE:
@@ -91,6 +150,8 @@ class EngineOptions:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout!r}")
         if self.info_bytes < 0:
             raise ValueError(f"info_bytes must be >= 0, got {self.info_bytes}")
+        if not isinstance(self.lend_min_bytes, int) or self.lend_min_bytes < 0:
+            raise ValueError(f"lend_min_bytes must be an int >= 0, got {self.lend_min_bytes!r}")
 
     def check_all_spaces(self, env_spaces: list[tuple[spaces.Space, spaces.Space]]) -> None:
         """The facade's rule (``check_spaces``), then the engine's: the shared layout needs it."""

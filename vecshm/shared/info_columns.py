@@ -133,6 +133,11 @@ class ColumnWriter:
     def __init__(self) -> None:
         self._schemas: dict[tuple[tuple[Any, ...], tuple[type, ...]], InfoSchema | None] = {}
 
+    @property
+    def schemas_known(self) -> int:
+        """How many key and type tuples the writer has met (at most ``MAX_SCHEMAS``)."""
+        return len(self._schemas)
+
     def write(self, info: dict[Any, Any], arena: np.ndarray, env_index: int) -> int | None:
         """Write ``info`` into env ``env_index``'s slot of ``arena``; its length word, or None when
         it must be pickled."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from vecshm.parent.core.run import RunProperties, VecRun
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import DEFAULT_INFO_BYTES
+from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
@@ -58,6 +58,10 @@ class ShmVecEnv(RunProperties, VecEnv):
     :param pin_memory: page-lock the shared segment and register it with CUDA, so that copies of
         observations to a GPU (SB3's ``obs_as_tensor``, ``.to("cuda")``) run by DMA; default: with a
         CUDA ``device``
+    :param lend_min_bytes: batches of observations at least this large (64 KiB) are lent from the
+        segment, smaller ones copied, which costs less; 0 lends every batch
+    :param balance_rules: when the parent keeps a core of its own during async batches
+        (:class:`~vecshm.parent.options.BalanceRules`; docs/affinity.md)
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -85,6 +89,8 @@ class ShmVecEnv(RunProperties, VecEnv):
         on_worker_failure: str = "raise",
         device: Any = None,
         pin_memory: bool | None = None,
+        lend_min_bytes: int = LEND_MIN_BYTES,
+        balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() must not touch a half-built object
@@ -107,6 +113,8 @@ class ShmVecEnv(RunProperties, VecEnv):
             batch_dynamic=stack_dynamic,
             device=device,
             pin_memory=pin_memory,
+            lend_min_bytes=lend_min_bytes,
+            balance_rules=balance_rules,
         )
         self.closed = False
         self.copy = copy

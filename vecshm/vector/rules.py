@@ -244,3 +244,16 @@ def expect_pending(state: CallState, wanted: CallState, call: str, opener: str) 
     """Raise what ``AsyncVectorEnv`` raises when ``call`` comes without its ``opener`` before it."""
     if state is not wanted:
         raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{opener}`.", wanted.value)
+
+
+def values_per_env(values: Any, num_envs: int) -> list[Any] | tuple[Any, ...]:
+    """``set_attr``'s values, one per env: a list or tuple as given, any other value for every env;
+    a list of another length raises what ``AsyncVectorEnv`` raises."""
+    if not isinstance(values, (list, tuple)):
+        return [values for _ in range(num_envs)]
+    if len(values) != num_envs:
+        raise ValueError(
+            "Values must be a list or tuple with length equal to the number of environments. "
+            f"Got `{len(values)}` values for {num_envs} environments."
+        )
+    return values

@@ -14,7 +14,13 @@ from gymnasium.vector import AutoresetMode
 
 from vecshm.parent.core.run import RunProperties, VecRun
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import DEFAULT_INFO_BYTES, tuple_of_values
+from vecshm.parent.options import (
+    DEFAULT_BALANCE_RULES,
+    DEFAULT_INFO_BYTES,
+    LEND_MIN_BYTES,
+    BalanceRules,
+    tuple_of_values,
+)
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.shared.errors import ClosedError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
@@ -30,6 +36,7 @@ from vecshm.vector.rules import (
     raise_as_async_vector_env,
     refuse_what_shared_memory_refuses,
     seed_list,
+    values_per_env,
     vector_spaces,
 )
 
@@ -52,6 +59,9 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     ``device`` (None: numpy, ``"cpu"``, ``"cuda[:N]"``) returns observations, rewards and flags of
     ``step``, ``reset`` and ``recv`` as torch tensors there; ``pin_memory`` page-locks the shared
     segment for copies to a GPU (default: with a CUDA ``device``). See docs/gpu.md.
+    ``lend_min_bytes``: batches of observations at least this large (64 KiB) are lent from the segment,
+    smaller ones copied, which costs less; 0 lends every batch. ``balance_rules``: when the parent
+    keeps a core of its own during async batches (:class:`~vecshm.parent.options.BalanceRules`).
     """
 
     # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that
@@ -89,6 +99,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         on_worker_failure: str = "raise",
         device: Any = None,
         pin_memory: bool | None = None,
+        lend_min_bytes: int = LEND_MIN_BYTES,
+        balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
     ) -> None:
         self.closed = True  # until the workers are up
         self.env_fns = env_fns
@@ -123,11 +135,11 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             on_worker_failure=on_worker_failure,
             device=device,
             pin_memory=pin_memory,
+            lend_min_bytes=lend_min_bytes,
+            balance_rules=balance_rules,
         )
         self.closed = False
         self.device = device
-        # whole batches come lent from a slot for copies (``copy``) and for copies to a device
-        self._lend = copy or run.outputs.lends
         self._state = CallState.DEFAULT
         self.num_envs = run.num_envs
         self._all = list(range(self.num_envs))
@@ -171,7 +183,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         requests = [{"seed": s, "options": options} if m else None for s, m in zip(seeds, mask)]
         # Every worker takes part, even in a partial reset: the others rewrite their envs' latest
         # observations into the new slot, so the batch returned is whole.
-        self._run.start_reset(requests, self._lend)
+        self._run.start_reset(requests, self.copy or self._run.outputs.lends)
         self._state = CallState.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
@@ -195,7 +207,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._assert_is_running()
         if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
             expect_idle(self._state, "step_async", self._run.in_flight)
-        self._run.start_step(actions, self._lend)
+        # whole batches come lent from a slot for copies (``copy``) and for copies to a device (``lends``)
+        self._run.start_step(actions, self.copy or self._run.outputs.lends)
         self._state = CallState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -281,15 +294,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
         self._assert_is_running()
-        if not isinstance(values, (list, tuple)):
-            values = [values for _ in range(self.num_envs)]
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
-        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
-            expect_idle(self._state, "set_attr", self._run.in_flight)
+        values = values_per_env(values, self.num_envs)
+        expect_idle(self._state, "set_attr", self._run.in_flight)
         try:
             for i, value in enumerate(values):
                 self._run.call(CallOp.SET_ATTR, [i], name, value, True)
@@ -328,18 +334,13 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         self.close()
 
     def __del__(self) -> None:
-        # VectorEnv's class attribute ``closed`` is False: an __init__ that failed before setting it
-        # (an unknown keyword) leaves no _state, and nothing to close (as AsyncVectorEnv checks)
+        # an __init__ that failed before ``closed`` was set (VectorEnv's is False) left nothing to close
         if not getattr(self, "closed", True) and hasattr(self, "_state"):
             self.close(terminate=True)
 
-    # -- state checks -----------------------------------------------------------------------------
-
     def _nothing_pending(self) -> None:
-        """After a Ctrl-C inside ``reset``, ``step`` or ``call`` (each a ``*_async``, then its
-        ``*_wait``): a call left pending would make close() wait for it, forever on an env that
-        hangs. The vec env returns to the default state instead, and close() shuts the workers
-        down without waiting. (A ``try`` costs nothing on the step path, a context manager does.)"""
+        """After a Ctrl-C in ``reset``, ``step`` or ``call``: no call is left pending for close() to wait
+        for (forever, on a hung env). (A ``try`` costs nothing on the step path; a ``with`` does.)"""
         self._state = CallState.DEFAULT
 
     def _assert_is_running(self) -> None:

@@ -12,7 +12,7 @@ thresholds come from measurements on 2 cores (docs/benchmark-notes.md, "Async ba
 parent's core").
 
 So, while async batches run with envs left in flight (``batch_size < num_envs``), every
-``BALANCE_SECONDS`` :class:`CoreBalance` compares the time the workers spent running commands
+window (``BalanceRules.window_seconds``) :class:`CoreBalance` compares the time the workers spent running commands
 with the time the parent spent outside its waits (the caller's work included), and moves the
 workers off the parent's core or back. Only where the caller placed nothing (``cpu_affinity`` and
 ``pin_parent`` are None), on Linux, with 2 or more usable cores. A synchronous command (all
@@ -22,31 +22,20 @@ workers at once, the parent waiting) gives the workers every core again at once.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["CoreBalance", "BALANCE_SECONDS", "PAUSE_SECONDS", "RESERVE_BELOW", "RELEASE_ABOVE"]
+from vecshm.parent.options import DEFAULT_BALANCE_RULES, BalanceRules
 
-BALANCE_SECONDS = 0.25  # how often the balance is looked at while async batches run
-# From this many cores on, async batches reserve the parent's core from their first batch, before
-# any window was measured: a core is then at most an eighth of the workers', and on 16 cores
-# reserving it was the faster placement for every workload measured (docs/benchmark-notes.md)
-RESERVE_FROM_CORES = 8
-RESERVE_BELOW = 2.5  # workers' busy time per remaining core over the parent's, below which it gets a core
-RELEASE_ABOVE = 3.5  # ... above which the workers get it back (apart from RESERVE_BELOW, so it does not flap)
-# (both on 2 cores; CoreBalance scales them by the remaining cores, see tick)
-# A caller that took longer than this between two batches paused (a learner's update, other work):
-# the parent worked then, but not while workers stepped, so a window that spans it would mislead.
-PAUSE_SECONDS = BALANCE_SECONDS / 5
+__all__ = ["CoreBalance"]
 
 
-class WaitTotal:
-    """The parent's time spent waiting for workers, in seconds."""
+class WaitSeconds(Protocol):
+    """What adds up the parent's time spent waiting for workers (the engine's ``Waiter``)."""
 
-    waited_seconds = 0.0
+    waited_seconds: float
 
 
 class CoreBalance:
@@ -58,43 +47,47 @@ class CoreBalance:
     """
 
     def __init__(
-        self, cores: list[int], busy: np.ndarray, pids: Callable[[], list[int]], enabled: bool, waits: Any = None
+        self,
+        cores: list[int],
+        busy: np.ndarray,
+        pids: Callable[[], list[int]],
+        enabled: bool,
+        waits: WaitSeconds,
+        rules: BalanceRules = DEFAULT_BALANCE_RULES,
     ) -> None:
         self.cores = cores
+        self.rules = rules
         self.enabled = enabled and len(cores) >= 2 and hasattr(os, "sched_setaffinity")
         self.reserved = False  # whether the workers keep off cores[0] now
         # the placement the last window chose (before any, by the core count): async batches that
         # start again after a synchronous command or a pause take it at once
-        self.chosen = len(cores) >= RESERVE_FROM_CORES
+        self.chosen = len(cores) >= rules.reserve_from_cores
         self.active = False  # reserved, or a window open: a synchronous command has something to release
         self.ratio: float | None = None  # the last window's workers' busy time per remaining core over the parent's
         self.utilization: float | None = None  # the last window's workers' busy time per remaining core over its length
         self._busy = busy
         self._pids = pids
         # its ``waited_seconds``: the parent's time spent waiting for workers (the engine's Waiter adds it up)
-        self._waits = waits if waits is not None else WaitTotal()
+        self._waits = waits
         self._moved: set[int] = set()  # workers moved off cores[0]
         self._window: tuple[float, float, float] | None = None  # (start, wait seconds, workers' busy) then
         self._last_tick = 0.0
 
-    def waited(self, seconds: float) -> None:
-        """The parent waited ``seconds`` for workers (where no ``waits`` object adds them up)."""
-        self._waits.waited_seconds += seconds
-
     def tick(self) -> None:
-        """An async batch was taken: look at the balance once ``BALANCE_SECONDS`` have passed."""
+        """An async batch was taken: look at the balance once a window (``rules.window_seconds``) passed."""
         if not self.enabled:
             return
-        now = time.perf_counter()
+        rules = self.rules
+        now = rules.clock()
         window, last, self._last_tick = self._window, self._last_tick, now
-        if window is None or now - last > PAUSE_SECONDS:  # a first batch, or the first after a pause
+        if window is None or now - last > rules.pause_seconds:  # a first batch, or the first after a pause
             self._window = (now, self._waits.waited_seconds, float(self._busy.sum()))
             self.active = True
             if self.chosen and not self.reserved:
                 self._reserve()
             return
         start, wait_seconds, busy = window
-        if now - start < BALANCE_SECONDS:
+        if now - start < rules.window_seconds:
             return
         total = float(self._busy.sum())
         workers = total - busy
@@ -106,7 +99,7 @@ class CoreBalance:
         # Both bounds are for 2 cores, where the parent's core is half the machine; with more, it
         # costs the workers one core in ``cores``, so the bounds scale with the remaining cores.
         spare = len(self.cores) - 1
-        self.chosen = ratio < RESERVE_BELOW * spare or (self.reserved and ratio <= RELEASE_ABOVE * spare)
+        self.chosen = ratio < rules.reserve_below * spare or (self.reserved and ratio <= rules.release_above * spare)
         if self.chosen:
             self._reserve()
         else:

@@ -262,7 +262,7 @@ class AsyncBatches:
         key = (ids.shape, ids.tobytes())
         found = self._ids.get(key)
         if found is None:
-            found = self._check(ids)
+            found = self.check_ids(ids)
             self._remember(key, found)
         return found
 
@@ -286,7 +286,13 @@ class AsyncBatches:
             self._ids.clear()
         self._ids[key] = found
 
-    def _check(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    def remembered(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool] | None:
+        """What the cache of checked id lists holds for ``env_ids`` (None: not checked yet)."""
+        return self._ids.get((env_ids.shape, env_ids.tobytes()))
+
+    def check_ids(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """``env_ids`` checked (in range, none twice), the workers hosting them, and whether they are
+        exactly those workers' envs; the arrays read-only. Raises for ids ``send`` cannot take."""
         n = self.engine.num_envs
         if env_ids.ndim != 1 or len(env_ids) == 0:
             raise ValueError(f"env_ids must be a non-empty 1-d list of env indices, got {env_ids!r}")

@@ -94,7 +94,9 @@ class Engine:
             pin_calling_process(parent_cores, options.limit_threads)
         placed = options.cpu_affinity is not None or parent_cores is not None  # the caller's placement stays
         # the pool's method, not the engine's: the balance must not keep the engine alive
-        self.balance = CoreBalance(cores, self.buffers.busy, self.pool.pids, not placed, self.waiter)
+        self.balance = CoreBalance(
+            cores, self.buffers.busy, self.pool.pids, not placed, self.waiter, options.balance_rules
+        )
 
     def _start(self, num_cores: int) -> None:
         """Build the envs, lay out and map the segment, and set up waiting and the failure policy."""
@@ -107,7 +109,7 @@ class Engine:
         self.spec = segment_spec(plan, self.observation_space, self.action_space, options)
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=options.restarts)
         self.nbytes = self.spec.plan().size
-        self.slots = ObservationSlots(self.buffers)
+        self.slots = ObservationSlots(self.buffers, options.lend_min_bytes)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
         ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None

@@ -31,7 +31,6 @@ __all__ = [
     "Batch",
     "ObservationSlots",
     "DEFAULT_LENDABLE_SLOTS",
-    "LEND_MIN_BYTES",
     "lend_arrays",
     "Region",
 ]
@@ -243,8 +242,6 @@ class Batch:
 # SB3 keeps two batches alive at once (``_last_obs`` and the new one); the rest is headroom. Slots
 # nobody has used cost no memory: the segment's pages are allocated on first write.
 DEFAULT_LENDABLE_SLOTS = 6
-# Lending costs a few microseconds; for batches smaller than this a plain copy is cheaper.
-LEND_MIN_BYTES = 64 * 1024
 
 
 class _Grant:
@@ -289,7 +286,8 @@ def lend_arrays(regions: list[Region], mapping: object, release: Callable[[], No
 class ObservationSlots:
     """The free list of lendable slots (1 .. n) and the arrays that own a lent slot."""
 
-    def __init__(self, buffers: Buffers) -> None:
+    def __init__(self, buffers: Buffers, min_bytes: int) -> None:
+        """Slots lend batches of at least ``min_bytes`` (``EngineOptions.lend_min_bytes``)."""
         spec = buffers.spec
         plan = spec.plan()
         self._mapping: np.ndarray | None = buffers.mapping  # None once closed
@@ -302,7 +300,7 @@ class ObservationSlots:
         self._leaves = [(f.offset - start, f.dtype, f.shape) for f in first]  # the same in every slot
         span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
         self._addresses = [base + spec.slot_fields(plan, slot)[0].offset for slot in range(spec.obs_slots)]
-        lendable = range(spec.obs_slots - 1, 0, -1) if span >= LEND_MIN_BYTES else ()
+        lendable = range(spec.obs_slots - 1, 0, -1) if span >= min_bytes else ()
         self._free = list(lendable)  # pop() takes the lowest: fewest pages touched
 
     def acquire(self) -> int:

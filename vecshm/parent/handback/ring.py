@@ -31,10 +31,9 @@ from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
 from vecshm.shared.units import UnitPipe
 
-__all__ = ["UnitRing", "ring_units", "segment_spec", "RING_MIN_UNIT_BYTES", "LENDABLE_BATCHES"]
+__all__ = ["UnitRing", "ring_units", "segment_spec", "LENDABLE_BATCHES"]
 
 LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied out
-RING_MIN_UNIT_BYTES = 64 * 1024  # below this, a copy costs less than lending (see results.LEND_MIN_BYTES)
 
 
 def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:
@@ -46,11 +45,12 @@ def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest
 
 def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any) -> BufferSpec:
     """The segment of a vec env of ``plan``: its observation slots (slot 0 and the lendable ones),
-    and a ring for async batches where one pays (:meth:`vecshm.parent.plan.VecEnvPlan.ring_unit_rows`;
+    and a ring for async batches where one pays (units of at least ``options.lend_min_bytes``;
+    :meth:`vecshm.parent.plan.VecEnvPlan.ring_unit_rows`;
     the ring's units need non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
     env_bytes = sum(leaf.nbytes for leaf in leaves(observation_space) if not leaf.dynamic)
     can_lend = hasattr(os, "set_blocking")
-    unit_rows = plan.ring_unit_rows(env_bytes, RING_MIN_UNIT_BYTES) if can_lend else 0
+    unit_rows = plan.ring_unit_rows(env_bytes, options.lend_min_bytes) if can_lend else 0
     return BufferSpec(
         observation_space,
         action_space,

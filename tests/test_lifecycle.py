@@ -502,7 +502,7 @@ def test_a_portable_segment_takes_its_dev_shm_space_at_creation_or_is_a_clear_er
     size = 16 * 2**20
     segment = NamedSegment(size)
     try:
-        assert os.fstat(segment._shm._fd).st_blocks * 512 >= size  # allocated, not just reserved by name
+        assert segment.allocated_bytes() >= size  # allocated, not just reserved by name
     finally:
         segment.release_fd()
         segment.close()

@@ -150,6 +150,11 @@ class NamedSegment:
         """Map a segment the creator made; only the creator unlinks it."""
         return cls(size, name)
 
+    def allocated_bytes(self) -> int:
+        """Bytes the OS has allocated to the block (not merely reserved by its size)."""
+        assert self._shm is not None, "a closed segment"
+        return os.fstat(self._shm._fd).st_blocks * 512  # type: ignore[attr-defined]  # the block's descriptor
+
     def release_fd(self) -> None:
         if self._owner and self.name is not None:
             try:

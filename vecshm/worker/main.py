@@ -39,7 +39,7 @@ from vecshm.worker.guard import alive, start_guard, worker_mark
 from vecshm.worker.lane import Lane, LaneConnection
 from vecshm.worker.runner import EnvRunner
 
-__all__ = ["WorkerSpec", "worker_main"]
+__all__ = ["ProcessSpec", "worker_main"]
 
 PARENT_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is still alive
 PR_SET_PDEATHSIG = 1
@@ -47,7 +47,7 @@ COMMANDS = {command.value: command for command in Command}  # a dict lookup, not
 
 
 @dataclass
-class WorkerSpec:
+class ProcessSpec:
     """What a worker process needs to start; pickled once at start-up (env factories via cloudpickle)."""
 
     index: int
@@ -76,7 +76,7 @@ class WorkerSpec:
         return slice(self.lanes[0][0], self.lanes[-1][0] + 1)
 
 
-def worker_main(spec: WorkerSpec) -> None:
+def worker_main(spec: ProcessSpec) -> None:
     """Entry point of a worker process."""
     # Ctrl-C is the parent's to handle (it may reach a worker before it leaves the group below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -90,7 +90,7 @@ def worker_main(spec: WorkerSpec) -> None:
             guard.stop(owner_cleans_up=closed)
 
 
-def _run(spec: WorkerSpec) -> bool:
+def _run(spec: ProcessSpec) -> bool:
     """Build the envs, attach the segment, serve commands; whether the vec env asked us to close
     (it then ends what the envs left running itself), rather than failed or went away."""
     parent = os.getppid()
@@ -153,7 +153,7 @@ def exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="vecshm-parent-watch", daemon=True).start()
 
 
-def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
+def _build_envs(spec: ProcessSpec) -> list[gym.Env] | None:
     try:  # a factory's module may not import here (not installed on this node): the first env's error
         fns = cloudpickle.loads(spec.env_fns) if isinstance(spec.env_fns, bytes) else spec.env_fns
     except Exception as exc:
@@ -180,7 +180,7 @@ def _build_envs(spec: WorkerSpec) -> list[gym.Env] | None:
     return envs
 
 
-def _report_construction_error(spec: WorkerSpec, exc: Exception, index: int) -> None:
+def _report_construction_error(spec: ProcessSpec, exc: Exception, index: int) -> None:
     try:
         spec.conn.send((Message.ERROR, RemoteError(exc, index, Phase.CONSTRUCTION)))
     except (BrokenPipeError, ConnectionResetError):  # the vec env is gone already
@@ -220,7 +220,7 @@ def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
         return None
 
 
-def _serve(spec: WorkerSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: list[int]) -> bool:
+def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: list[int]) -> bool:
     """Run commands until CLOSE (True) or the parent is gone (False).
 
     Each hosted worker has its own command words; a pass runs the command of every one that has
@@ -289,7 +289,7 @@ def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]
 
 
 def _wait_for_commands(
-    spec: WorkerSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, turnaround: np.ndarray
+    spec: ProcessSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, turnaround: np.ndarray
 ) -> list[int] | None:
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
     once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget

@@ -27,7 +27,7 @@ from vecshm.parent.handback.results import Batch, ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan, as_env_list
-from vecshm.parent.processes.pool import WorkerPool
+from vecshm.parent.processes.pool import ProcessPool
 from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
@@ -83,7 +83,7 @@ class Engine:
         self._state, self._failure = EngineState.READY, ""
         self.nbytes = 0  # the segment's size, once laid out
         registry = b"" if self.start_method == "fork" else snapshot_registry()
-        self.pool = WorkerPool(fns, plan, options, context, settings, self.transport, registry)
+        self.pool = ProcessPool(fns, plan, options, context, settings, self.transport, registry)
         self._finalizer = weakref.finalize(self, self.pool.shutdown)
         try:
             self._start(len(cores))

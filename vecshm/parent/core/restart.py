@@ -27,8 +27,8 @@ from vecshm.parent.handback.results import ResultReader
 from vecshm.parent.handback.ring import UnitRing
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
-from vecshm.parent.processes.lifetime import describe_exit, describe_worker
-from vecshm.parent.processes.pool import WorkerPool
+from vecshm.parent.processes.lifetime import describe_exit, describe_process
+from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset
 from vecshm.shared.units import CLAIM
@@ -94,7 +94,7 @@ class RaiseOnFailure:
     rebuilt: frozenset[int] = frozenset()  # never filled: no worker waits for its envs' resets
     watches_results = False
 
-    def __init__(self, pool: WorkerPool) -> None:
+    def __init__(self, pool: ProcessPool) -> None:
         self.pool = pool
 
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
@@ -141,7 +141,7 @@ class RestartWorkers:
     def __init__(
         self,
         plan: VecEnvPlan,
-        pool: WorkerPool,
+        pool: ProcessPool,
         waiter: Waiter,
         reader: ResultReader,
         ring: UnitRing | None,
@@ -180,7 +180,7 @@ class RestartWorkers:
         process = self.pool.processes[p]
         process.join(1.0)
         warnings.warn(
-            f"{describe_worker(p, self.plan.process_envs(p))} {describe_exit(process.exitcode)} during {during}; "
+            f"{describe_process(p, self.plan.process_envs(p))} {describe_exit(process.exitcode)} during {during}; "
             f"restarting it from its env factories (restart {self.counts[p]}); its envs' episodes end as truncated",
             RuntimeWarning,
             stacklevel=6,
@@ -302,7 +302,7 @@ class RestartWorkers:
 def failure_policy(
     options: EngineOptions,
     plan: VecEnvPlan,
-    pool: WorkerPool,
+    pool: ProcessPool,
     waiter: Waiter,
     reader: ResultReader,
     ring: UnitRing | None,

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from vecshm.parent.processes.pool import WorkerPool
+from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import remote_errors
 from vecshm.shared.protocol import Phase, Status
 from vecshm.shared.sync import DoneWatch, Spinner
@@ -76,7 +76,7 @@ class Waiter:
     ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.core.balance`).
     """
 
-    def __init__(self, pool: WorkerPool, spin_seconds: float, cores: int, timeout: float | None) -> None:
+    def __init__(self, pool: ProcessPool, spin_seconds: float, cores: int, timeout: float | None) -> None:
         assert pool.buffers is not None, "the pool maps the segment before anyone waits on it"
         self.pool = pool
         self.buffers = pool.buffers

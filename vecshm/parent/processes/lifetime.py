@@ -28,7 +28,7 @@ __all__ = [
     "ctrl_c_after_the_starts",
     "describe_envs",
     "describe_exit",
-    "describe_worker",
+    "describe_process",
     "descendants_or_marked",
     "end_processes",
     "is_guard",
@@ -61,9 +61,10 @@ def describe_envs(envs: Sequence[int]) -> str:
     return f"envs {envs[0]}-{envs[-1]}" if len(envs) > 1 else f"env {envs[0]}"
 
 
-def describe_worker(w: int, envs: Sequence[int]) -> str:
-    """``worker 1 (envs 2-3)``: a worker and the envs it hosts, for error messages."""
-    return f"worker {w} ({describe_envs(envs)})"
+def describe_process(p: int, envs: Sequence[int]) -> str:
+    """``worker 1 (envs 2-3)``: worker process ``p`` and the envs it hosts, for error messages (users
+    know the processes as workers: SubprocVecEnv's word, and ``processes``' entries)."""
+    return f"worker {p} ({describe_envs(envs)})"
 
 
 def describe_exit(exitcode: int | None) -> str:

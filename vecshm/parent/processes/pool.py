@@ -1,6 +1,6 @@
 """Worker processes of one vec env: start-up handshake, liveness, and shutdown that always finishes.
 
-``WorkerPool`` owns every OS resource (processes, sockets, doorbells, the segment). Its
+``ProcessPool`` owns every OS resource (processes, sockets, doorbells, the segment). Its
 ``shutdown`` is idempotent and is also registered with ``weakref.finalize``, so a vec env that is
 garbage-collected or still open at interpreter exit never leaves a process behind.
 """
@@ -25,7 +25,7 @@ from vecshm.parent.processes.lifetime import (
     WORKER_PROCESSES,
     ctrl_c_after_the_starts,
     describe_exit,
-    describe_worker,
+    describe_process,
     own_temp_dir,
     reap,
     spawned_by_envs,
@@ -40,15 +40,15 @@ from vecshm.shared.sync import new_doorbell
 from vecshm.shared.transport import Transport
 from vecshm.shared.units import UnitPipe
 from vecshm.worker.guard import terminate_then_kill
-from vecshm.worker.main import WorkerSpec, worker_main
+from vecshm.worker.main import ProcessSpec, worker_main
 
-__all__ = ["WorkerPool"]
+__all__ = ["ProcessPool"]
 
 CLOSE_GRACE_SECONDS = 5.0
 SPAWNED_GRACE_SECONDS = 1.0  # for processes the envs started and left running, once their workers are gone
 
 
-class WorkerPool:
+class ProcessPool:
     """Starts one process per slice of envs and tears them all down, whatever state they are in."""
 
     def __init__(
@@ -78,7 +78,7 @@ class WorkerPool:
         tempdir = own_temp_dir() if method == "forkserver" else None
         self.mark = secrets.token_hex(8)  # what the envs start carries it (vecshm.worker.guard.worker_mark)
         self.specs = [
-            WorkerSpec(
+            ProcessSpec(
                 index=p,
                 env_start=start,
                 env_fns=payloads[p],
@@ -131,7 +131,7 @@ class WorkerPool:
             parent_conn.close()
             envs = self.plan.process_envs(p)
             raise WorkerDiedError(
-                f"{describe_worker(p, envs)} could not be started: {type(exc).__name__}: {exc}",
+                f"{describe_process(p, envs)} could not be started: {type(exc).__name__}: {exc}",
                 envs,
                 None,
             ) from exc
@@ -255,7 +255,7 @@ class WorkerPool:
         running = self.running_env(p, during)
         running = "" if running is None else f"; env {running} was running"
         raise WorkerDiedError(
-            f"{describe_worker(p, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
+            f"{describe_process(p, envs)} {describe_exit(process.exitcode)} during {during}{note}{running}. "
             "The vec env cannot continue; close() it and create a new one."
             + start_up_hint(self.context.get_start_method(), process.exitcode, during),
             envs,

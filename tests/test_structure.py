@@ -153,3 +153,22 @@ def test_parent_s_packages_point_one_way():
         if name.startswith(("vecshm.parent.processes", "vecshm.parent.handback")):
             core = {t for t in targets if t.startswith("vecshm.parent.core")}
             assert not core, f"{name} imports {sorted(core)}"
+
+
+CONTROL_WORDS = ("cmd", "cmd_seq", "obs_slot", "prev_slot", "done_seq", "status", "progress")
+
+
+PARENT_SIDE = [
+    path
+    for package in ("parent", "vec_env", "vector", "ray")
+    for path in sorted((ROOT / package).rglob("*.py"))
+    if path != ROOT / "parent" / "control.py"
+]
+
+
+@pytest.mark.parametrize("path", PARENT_SIDE, ids=lambda path: str(path.relative_to(ROOT)))
+def test_only_parent_control_touches_the_control_words_on_the_parent_s_side(path):
+    """The workers' command words and what they publish are written and read, on the parent's side
+    (the engine and the facades), by ``parent/control.py`` alone."""
+    touched = {node.attr for node in _names(path) if isinstance(node, ast.Attribute) and node.attr in CONTROL_WORDS}
+    assert not touched, f"{path.relative_to(ROOT)} touches the control words {sorted(touched)}"

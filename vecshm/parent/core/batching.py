@@ -21,38 +21,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from vecshm.parent.core.engine import Engine, Ready, finished_workers
-from vecshm.parent.core.waiting import Ticket, new_ticket
+from vecshm.parent.control import Ticket
+from vecshm.parent.core.engine import Engine
 from vecshm.parent.handback.extras import NO_EXTRAS, Extras
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.handback.ring import UnitRing, units_spanned
-from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecshm.shared.protocol import Phase, Status
+from vecshm.shared.protocol import Phase
 from vecshm.shared.slices import slice_sizes
 from vecshm.shared.units import CLAIM
 
 __all__ = ["AsyncBatches"]
 
 ENV_IDS_CACHE = 1024  # distinct env id lists remembered once checked (see AsyncBatches._checked)
-_ERROR = int(Status.ERROR)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
-
-
-def units_written(buffers: Buffers, ring: UnitRing, units: np.ndarray) -> Ready:
-    """``ready`` for :meth:`Engine.collect`: the workers that wrote the ring's ``units`` (see
-    :mod:`vecshm.parent.handback.ring`), in unit order, once every unit holds a finished step. The ticket's
-    workers are those in flight, one of which will claim each unit; one that fails claims none, so
-    its error ends the wait: others could fill every batch while the error waited unseen."""
-
-    def written(ticket: Ticket) -> np.ndarray | None:
-        workers = ticket.workers
-        if _ERROR in buffers.status[workers].tolist():
-            failed = (buffers.done_seq[workers] == ticket.expected) & (buffers.status[workers] == _ERROR)
-            if np.count_nonzero(failed):
-                return workers[failed]
-        return ring.owners(units)
-
-    return written
 
 
 class Finished(NamedTuple):
@@ -82,7 +63,7 @@ class AsyncBatches:
 
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
         n, plan = engine.num_envs, engine.plan
-        self.engine, self.plan, self.buffers = engine, plan, engine.buffers
+        self.engine, self.plan, self.words = engine, plan, engine.words
         self.sizes = slice_sizes(plan.worker_slices)
         self.in_flight = np.zeros(plan.num_workers, dtype=bool)  # workers running a command
         self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
@@ -112,7 +93,7 @@ class AsyncBatches:
     def _ticket(self, pending: np.ndarray) -> Ticket:
         """The command ``pending`` workers run: the segment records each one's sequence number."""
         sent_at = 0.0 if self.engine.timeout is None else self.sent_at[pending]
-        return new_ticket((pending, self.buffers.cmd_seq[pending], self.slot, Phase.STEP, sent_at))
+        return self.words.ticket(pending, self.slot, Phase.STEP, sent_at)
 
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
@@ -167,7 +148,7 @@ class AsyncBatches:
         if ring is not None:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
                 units = ring.next_units(need // ring.unit_rows)
-                written = units_written(self.buffers, ring, units)
+                written = self.words.units_written(ring, units)
                 done, extras = self.engine.collect(self._ticket(pending), written, timeout)
                 if ring.keep_latest:
                     ring.collected(units, done)
@@ -183,7 +164,7 @@ class AsyncBatches:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(finished.env_ids)) // int(self.sizes[pending].max()))  # workers that may do
-            done, extras = self.engine.collect(self._ticket(pending), finished_workers(self.buffers, fewest), timeout)
+            done, extras = self.engine.collect(self._ticket(pending), self.words.finished(fewest), timeout)
             done = np.sort(done)
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
@@ -202,7 +183,7 @@ class AsyncBatches:
         if need > left:
             units = ring.next_units(ring.units_for(need))
             units = units[1:] if left else units
-            done, extras = self.engine.collect(self._ticket(pending), units_written(self.buffers, ring, units), timeout)
+            done, extras = self.engine.collect(self._ticket(pending), self.words.units_written(ring, units), timeout)
             if ring.keep_latest:
                 ring.collected(units, done)
             self.in_flight[done] = False
@@ -216,7 +197,7 @@ class AsyncBatches:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = self.in_flight.nonzero()[0]
         if len(pending):
-            self.engine.collect(self._ticket(pending), finished_workers(self.buffers))
+            self.engine.collect(self._ticket(pending), self.words.finished())
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))

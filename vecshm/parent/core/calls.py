@@ -44,7 +44,7 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
     if len(workers) == 0:
         return []
     during = Phase.of_call(op)
-    engine.submit(Command.CALL, workers, 0, during)
+    engine.words.submit(Command.CALL, workers, 0, during)
     for w in workers.tolist():
         engine.send(w, (op, by_worker[w], args), during)
     deadline = None if engine.timeout is None else time.monotonic() + engine.timeout

@@ -2,8 +2,8 @@
 
 The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
 the engine decides how they travel. A step is: check and copy actions into shared memory, write
-each worker's command word, ring its doorbell (:meth:`Engine.submit`, which returns the command's
-:class:`~vecshm.parent.core.waiting.Ticket`), then wait on one shared doorbell after a short, bounded spin
+each worker's command word, ring its doorbell (:mod:`vecshm.parent.control`, which returns the command's
+:class:`~vecshm.parent.control.Ticket`), then wait on one shared doorbell after a short, bounded spin
 (:mod:`vecshm.parent.core.waiting`). Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's
 death does is the failure policy's (:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
 """
@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.core.actions import ActionWriter
 from vecshm.parent.core.balance import CoreBalance
 from vecshm.parent.core.restart import failure_policy
-from vecshm.parent.core.waiting import Ticket, Waiter, new_ticket
+from vecshm.parent.core.waiting import Waiter
 from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
 from vecshm.parent.handback.results import Batch, ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
@@ -36,22 +37,7 @@ from vecshm.shared.protocol import Command, Phase
 from vecshm.shared.registry import snapshot_registry
 from vecshm.shared.transport import choose_transport
 
-__all__ = ["Engine", "EngineState", "finished_workers"]
-
-Ready = Callable[[Ticket], "np.ndarray | None"]  # the workers of a ticket whose results may be read, or None
-
-
-def finished_workers(buffers: Buffers, need: int | None = None) -> Ready:
-    """``ready`` for :meth:`Engine.collect`: the first ``need`` (default: all) of a ticket's
-    workers to have finished, in the ticket's order, once that many have."""
-
-    def finished(ticket: Ticket) -> np.ndarray | None:
-        workers = ticket.workers
-        n = len(workers) if need is None else need
-        done = workers[buffers.done_seq[workers] == ticket.expected]
-        return done[:n] if len(done) >= n else None
-
-    return finished
+__all__ = ["Engine", "EngineState"]
 
 
 class EngineState(Enum):
@@ -108,14 +94,18 @@ class Engine:
         self.observation_space, self.action_space = reported[0]
         self.spec = segment_spec(plan, self.observation_space, self.action_space, options)
         self.buffers: Buffers = self.pool.attach(self.spec, deadline, keep_fd=options.restarts)
+        assert self.pool.words is not None  # (made with the buffers)
+        self.words: ControlWords = self.pool.words  # the control words, written and read through it alone
         self.nbytes = self.spec.plan().size
         self.slots = ObservationSlots(self.buffers, options.lend_min_bytes)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
         ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
-        self.waiter = Waiter(self.pool, options.parent_spin_seconds, num_cores, self.timeout)
-        self.policy = failure_policy(options, plan, self.pool, self.waiter, self.reader, self.ring, self.send_resets)
+        self.waiter = Waiter(self.pool, self.words, options.parent_spin_seconds, num_cores, self.timeout)
+        self.policy = failure_policy(
+            options, plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets
+        )
 
     def check_usable(self) -> None:
         if self._state is EngineState.CLOSED:
@@ -141,7 +131,7 @@ class Engine:
         Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.core.restart`)."""
         if self.policy.rebuilt and not self.policy.rebuilt.isdisjoint(workers.tolist()):
             return self.policy.start_rebuilt(workers, slot, dynamic, self.start_step)
-        ticket = self.submit(Command.STEP, workers, slot, Phase.STEP)
+        ticket = self.words.submit(Command.STEP, workers, slot, Phase.STEP)
         if dynamic is not None:
             for w in workers.tolist():
                 self.send(w, {i: dynamic.pop(i) for i in range(*self.plan.worker_slices[w])}, Phase.STEP)
@@ -158,36 +148,10 @@ class Engine:
             if self.balance.active:
                 self.balance.release()
         requests = self.policy.reset_rebuilt(workers, requests) if self.policy.rebuilt else requests
-        ticket = self.submit(Command.RESET, workers, slot, Phase.RESET)
+        ticket = self.words.submit(Command.RESET, workers, slot, Phase.RESET)
         for w in workers.tolist():
             self.send(w, requests[slice(*self.plan.worker_slices[w])], Phase.RESET)
         return ticket
-
-    def submit(self, command: Command, workers: np.ndarray, slot: int, phase: Phase) -> Ticket:
-        """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or
-        ``ring.CLAIM``). Each worker's command word, slot and sequence number are written before
-        its doorbell rings: the segment is the record of what was sent."""
-        b = self.buffers
-        if workers is self.plan.all_workers:  # whole-array writes
-            b.prev_slot[:] = b.obs_slot
-            b.obs_slot[:] = slot
-            b.cmd[:] = int(command)
-            b.cmd_seq += 1
-            expected = b.cmd_seq.copy()
-            for bell in self.pool.doorbells:
-                bell.ring()
-        else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
-            ids = workers.tolist()
-            for w in ids:
-                b.prev_slot[w] = b.obs_slot[w]
-                b.obs_slot[w] = slot
-                b.cmd[w] = int(command)
-                b.cmd_seq[w] += 1
-            expected = b.cmd_seq[workers]
-            process_of, doorbells = self.plan.process_of, self.pool.doorbells
-            for p in dict.fromkeys(process_of[w] for w in ids):
-                doorbells[p].ring()
-        return new_ticket((workers, expected, slot, phase, 0.0 if self.timeout is None else time.monotonic()))
 
     def send(self, w: int, message: Any, during: Phase) -> None:
         """Send worker ``w`` what its command needs. A worker that died while idle has closed its
@@ -204,14 +168,14 @@ class Engine:
     def wait_all(self, ticket: Ticket, timeout: float | None = None) -> Batch:
         """Wait for a command every worker was sent (a step, :meth:`send_resets`); its results."""
         try:
-            collected = self.collect(ticket, finished_workers(self.buffers), timeout)
+            collected = self.collect(ticket, self.words.finished(), timeout)
         except BaseException:
             self.slots.release(ticket.slot)  # nobody will read it; the workers finish before their next command
             raise
         return Batch(self.reader, None, collected.extras, self.slots.lend(ticket.slot) if ticket.slot > 0 else None)
 
     def collect(self, ticket: Ticket, ready: Ready, timeout: float | None = None) -> Collected:
-        """Wait until ``ready`` names finished workers of ``ticket`` (:func:`finished_workers`, or the
+        """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
         ring's units written), then read their sockets (errors raise); those workers, with their
         extras. ``timeout`` overrides the engine's. A restarted worker's envs end their lost episode
         once its reset is collected (maybe later)."""

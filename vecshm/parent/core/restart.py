@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Ticket, Waiter
+from vecshm.parent.control import ControlWords, Ticket
+from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Waiter
 from vecshm.parent.handback.results import ResultReader
 from vecshm.parent.handback.ring import UnitRing
 from vecshm.parent.options import EngineOptions
@@ -30,7 +31,7 @@ from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import describe_exit, describe_process
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import WorkerDiedError
-from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset
+from vecshm.shared.protocol import Arena, AutoReset, Phase, Rebuilt, RebuiltReset
 from vecshm.shared.units import CLAIM
 
 __all__ = ["FailurePolicy", "RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_PROCESS", "REDONE"]
@@ -142,13 +143,14 @@ class RestartWorkers:
         self,
         plan: VecEnvPlan,
         pool: ProcessPool,
+        words: ControlWords,
         waiter: Waiter,
         reader: ResultReader,
         ring: UnitRing | None,
         send_resets: SendResets,
         autoreset: AutoReset,
     ) -> None:
-        self.plan, self.pool, self.waiter, self.reader, self.ring = plan, pool, waiter, reader, ring
+        self.plan, self.pool, self.words, self.waiter, self.reader, self.ring = plan, pool, words, waiter, reader, ring
         assert pool.buffers is not None, "the pool maps the segment before a policy is made"
         self.buffers = pool.buffers
         self.send_resets = send_resets
@@ -185,21 +187,20 @@ class RestartWorkers:
             RuntimeWarning,
             stacklevel=6,
         )
-        b = self.buffers
         lanes = range(*self.plan.lanes[p])
         expected = dict(zip(ticket.workers.tolist(), ticket.expected.tolist()))
-        unfinished = [w for w in lanes if w in expected and int(b.done_seq[w]) != expected[w]]
+        unfinished = [w for w in lanes if w in expected and not self.words.done(w, expected[w])]
         self.rebuilt.update(w for w in lanes if w not in unfinished)
         self.waiter.unwatch(process.sentinel)
         if unfinished and ticket.slot == CLAIM:  # one may have claimed a ring unit it never wrote
             self._recover_claims(p, ticket.workers, expected, deadline)
         # (read before the resets move them) a reset in flight loses no episode: it is redone
-        requests = {w: self._requests(w, int(b.prev_slot[w]), int(b.cmd[w]) == Command.RESET) for w in unfinished}
+        requests = {w: self._requests(w, *self.words.last_command(w)) for w in unfinished}
         self.pool.restart(p, deadline)
         self.waiter.watch_process(p)
         for w in unfinished:
-            self._reset(w, requests[w], int(b.obs_slot[w]))  # into the slot (or ring) in flight
-            ticket = ticket.renewed(w, int(b.cmd_seq[w]))
+            self._reset(w, requests[w], self.words.slot(w))  # into the slot (or ring) in flight
+            ticket = self.words.renewed(ticket, w)
         return ticket
 
     def start_rebuilt(
@@ -215,11 +216,11 @@ class RestartWorkers:
             if dynamic is not None:
                 for i in self.plan.worker_envs(w):
                     dynamic.pop(i, None)
-            self._reset(w, self._requests(w, int(self.buffers.obs_slot[w]), False), slot)
+            self._reset(w, self._requests(w, self.words.slot(w), False), slot)
         others = np.array([w for w in ids if w not in mine], dtype=np.int64)
         if len(others):
             start_step(others, slot, dynamic)
-        return Ticket(workers, self.buffers.cmd_seq[workers], slot, Phase.STEP, time.monotonic())
+        return self.words.ticket(workers, slot, Phase.STEP, time.monotonic())
 
     def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
         """``requests`` of a reset of ``workers``, where those ``rebuilt`` reset every env (their
@@ -261,10 +262,10 @@ class RestartWorkers:
         """Once no live worker of the command can claim a ring unit any more, give back first the
         units claimed but never written (by ``p``'s workers, which died between the two), so that
         the restarted workers' claims fill them and the ring keeps its order."""
-        b, process_of, processes = self.buffers, self.plan.process_of, self.pool.processes
+        process_of, processes = self.plan.process_of, self.pool.processes
         others = [w for w in workers.tolist() if process_of[w] != p]
         while True:
-            running = [w for w in others if int(b.done_seq[w]) != expected[w] and processes[process_of[w]].is_alive()]
+            running = [w for w in others if not self.words.done(w, expected[w]) and processes[process_of[w]].is_alive()]
             if not running:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -303,6 +304,7 @@ def failure_policy(
     options: EngineOptions,
     plan: VecEnvPlan,
     pool: ProcessPool,
+    words: ControlWords,
     waiter: Waiter,
     reader: ResultReader,
     ring: UnitRing | None,
@@ -310,5 +312,5 @@ def failure_policy(
 ) -> FailurePolicy:
     """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
     if options.restarts:
-        return RestartWorkers(plan, pool, waiter, reader, ring, send_resets, options.autoreset)
+        return RestartWorkers(plan, pool, words, waiter, reader, ring, send_resets, options.autoreset)
     return RaiseOnFailure(pool)

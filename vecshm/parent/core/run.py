@@ -24,11 +24,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vecshm.parent.control import Ticket
 from vecshm.parent.core.balance import CoreBalance
 from vecshm.parent.core.batching import AsyncBatches
 from vecshm.parent.core.calls import call, call_pickled
 from vecshm.parent.core.engine import Engine
-from vecshm.parent.core.waiting import Ticket, WaitObserver
+from vecshm.parent.core.waiting import WaitObserver
 from vecshm.parent.handback.delivery import NUMPY, NumpyOutputs, build_outputs, output_device
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import EngineOptions

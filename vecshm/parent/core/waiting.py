@@ -1,58 +1,33 @@
 """Waiting for workers: a bounded spin, then a sleep that a dead worker or a deadline also ends.
 
-A command returns a :class:`Ticket`, the record of what was sent: which workers, the sequence
-number each will publish when done, where the observations go, and when. The facade holds it
-while the call is pending and hands it back to :meth:`Waiter.wait`, so nothing about a pending
-command lives on the engine. A wait ends when ``ready`` names finished workers; a worker process
-that died meanwhile is handed to the failure policy (:mod:`vecshm.parent.core.restart`) as a value, and the
-policy either raises or returns the ticket to keep waiting on.
+A command returns a :class:`~vecshm.parent.control.Ticket` (:mod:`vecshm.parent.control`), which the
+run object holds while the call is pending and hands back to :meth:`Waiter.wait`. A wait ends when
+``ready`` names finished workers; a worker process that died meanwhile is handed to the failure
+policy (:mod:`vecshm.parent.core.restart`) as a value, and the policy either raises or returns the
+ticket to keep waiting on.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import remote_errors
 from vecshm.shared.protocol import Phase, Status
 from vecshm.shared.sync import DoneWatch, Spinner
 
-__all__ = ["Ticket", "new_ticket", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
+__all__ = ["Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
 TURNAROUND_CAP = 0.01  # the most one turnaround counts for in the average the workers read
 
 _OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
-
-
-class Ticket(NamedTuple):
-    """One command in flight: ``workers`` publish ``expected`` (their command's sequence numbers)
-    when done; ``slot`` is where their observations go; ``sent_at`` is when it was sent (per
-    worker, or one time for all), for the timeout."""
-
-    workers: np.ndarray
-    expected: np.ndarray
-    slot: int
-    phase: Phase
-    sent_at: float | np.ndarray
-
-    def renewed(self, worker: int, expected: int) -> Ticket:
-        """The same command with ``worker`` now expected to publish ``expected`` (it was restarted
-        and sent a reset)."""
-        renewed = self.expected.copy()
-        renewed[self.workers == worker] = expected
-        return self._replace(expected=renewed)
-
-
-# ``new_ticket((workers, expected, slot, phase, sent_at))``: a Ticket made without running the
-# Python ``__new__`` a NamedTuple has (one is made per command, on the step path).
-new_ticket: Callable[[tuple[Any, ...]], Ticket] = functools.partial(tuple.__new__, Ticket)
 
 
 class WaitObserver(Protocol):
@@ -66,7 +41,6 @@ class WaitObserver(Protocol):
     def wait_ended(self, seconds: float) -> None: ...
 
 
-Ready = Callable[[Ticket], "np.ndarray | None"]
 OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
 
 
@@ -76,9 +50,12 @@ class Waiter:
     ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.core.balance`).
     """
 
-    def __init__(self, pool: ProcessPool, spin_seconds: float, cores: int, timeout: float | None) -> None:
+    def __init__(
+        self, pool: ProcessPool, words: ControlWords, spin_seconds: float, cores: int, timeout: float | None
+    ) -> None:
         assert pool.buffers is not None, "the pool maps the segment before anyone waits on it"
         self.pool = pool
+        self.words = words
         self.buffers = pool.buffers
         self.timeout = timeout
         self.cores = cores
@@ -141,8 +118,7 @@ class Waiter:
             for fd in ended:
                 ticket = on_death(self.sentinels[fd], ticket, deadline)
             if deadline is not None and time.monotonic() >= deadline:
-                pending = ticket.workers[self.buffers.done_seq[ticket.workers] != ticket.expected]
-                self.pool.raise_timeout(pending.tolist(), ticket.phase)
+                self.pool.raise_timeout(self.words.unfinished(ticket).tolist(), ticket.phase)
 
     def _check(self, ticket: Ticket, now_perf: float, on_death: OnDeath) -> None:
         """Every ``WORKER_CHECK_SECONDS``, look for a dead worker (handed to ``on_death``: the
@@ -157,9 +133,8 @@ class Waiter:
             if fd in self.sentinels:  # (not a process an earlier one's restart already replaced)
                 on_death(self.sentinels[fd], ticket, None)
         if self.timeout is not None:
-            b, workers = self.buffers, ticket.workers
-            running = b.done_seq[workers] != b.cmd_seq[workers]
-            late = running & (time.monotonic() - np.asarray(ticket.sent_at) > self.timeout)
+            workers = ticket.workers
+            late = self.words.running(workers) & (time.monotonic() - np.asarray(ticket.sent_at) > self.timeout)
             if np.count_nonzero(late):
                 self.pool.raise_timeout(workers[late].tolist(), ticket.phase)
 
@@ -176,7 +151,7 @@ class Waiter:
 
     def gather(self, done: np.ndarray, during: Phase) -> dict[tuple[Any, int], bytes]:
         """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
-        statuses = self.buffers.status[done].tolist()
+        statuses = self.words.statuses(done)
         if statuses.count(_OK) == len(statuses):
             return {}
         deadline = None if self.timeout is None else time.monotonic() + self.timeout

@@ -19,6 +19,7 @@ from typing import Any
 
 import cloudpickle
 
+from vecshm.parent.control import ControlWords
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import (
@@ -35,7 +36,7 @@ from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.shared.memory import NamedSegment, Segment
 from vecshm.shared.pickling import factories_by_value
-from vecshm.shared.protocol import Command, Message, Phase, receive_addressed
+from vecshm.shared.protocol import Message, Phase, receive_addressed
 from vecshm.shared.sync import new_doorbell
 from vecshm.shared.transport import Transport
 from vecshm.shared.units import UnitPipe
@@ -99,6 +100,7 @@ class ProcessPool:
             for p, (start, _) in enumerate(plan.process_slices)
         ]
         self.daemon = options.daemon
+        self._timed = options.timeout is not None  # commands record when they were sent
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
         self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.handback.ring)
@@ -107,6 +109,7 @@ class ProcessPool:
         # per process: messages received for workers other than the one a recv waited for
         self._inbox: list[dict[int, deque[Any]]] = [{} for _ in self.lanes]
         self.buffers: Buffers | None = None
+        self.words: ControlWords | None = None  # with the buffers: the one writer of the control words
         self.segment: Segment | NamedSegment | None = None
         self.stuck: set[int] = set()
         self.built: set[int] = set()  # workers whose envs exist (they reported "ready")
@@ -191,6 +194,7 @@ class ProcessPool:
         if not keep_fd:
             self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
+        self.words = ControlWords(self.buffers, self.plan, self.doorbells, self._timed)
         return self.buffers
 
     def _send_segment(self, p: int, during: Phase) -> None:
@@ -273,9 +277,9 @@ class ProcessPool:
 
     def _running_env_of(self, w: int, during: Phase) -> int | None:
         """The env worker ``w`` was stepping or resetting, or None (see ``running_env``)."""
-        if self.buffers is None or not during.runs_envs:
+        if self.words is None or not during.runs_envs:
             return None
-        env = int(self.buffers.progress[w])
+        env = self.words.env_running(w)
         start, stop = self.plan.worker_slices[w]
         return env if start <= env < stop else None
 
@@ -342,7 +346,4 @@ class ProcessPool:
             return
         for p, process in enumerate(self.processes):
             if process is not None and p not in self.stuck and process.exitcode is None:
-                first, last = self.lanes[p]
-                self.buffers.cmd[first:last] = Command.CLOSE
-                self.buffers.cmd_seq[first:last] += 1
-                self.doorbells[p].ring()
+                self.words.close(p)

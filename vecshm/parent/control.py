@@ -1,0 +1,180 @@
+"""The workers' control words on the parent's side, and the tickets that record a command.
+
+Each worker has words in the segment (:mod:`vecshm.shared.buffers`): its command, the slot its
+observations go to (and the one before), and the command's sequence number, which the parent
+writes; and its done sequence number, status and progress (the env it is running), which the
+worker writes. On the parent's side only :class:`ControlWords` writes or reads them: the engine
+submits commands through it, async batches make their tickets with it, a wait asks it which
+workers finished, the failure policy what a dead worker was doing, and the pool's shutdown writes
+the last command (close) with it.
+
+A command returns a :class:`Ticket`, the record of what was sent: which workers, the sequence
+number each will publish when done, where the observations go, and when. The caller holds it
+while the command is pending and hands it back to the wait, so nothing about a pending command
+lives anywhere else.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from vecshm.parent.plan import VecEnvPlan
+from vecshm.shared.buffers import Buffers
+from vecshm.shared.protocol import Command, Phase, Status
+
+__all__ = ["ControlWords", "Ready", "Ticket", "new_ticket"]
+
+_ERROR = int(Status.ERROR)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
+
+
+class Ticket(NamedTuple):
+    """One command in flight: ``workers`` publish ``expected`` (their command's sequence numbers)
+    when done; ``slot`` is where their observations go; ``sent_at`` is when it was sent (per
+    worker, or one time for all), for the timeout."""
+
+    workers: np.ndarray
+    expected: np.ndarray
+    slot: int
+    phase: Phase
+    sent_at: float | np.ndarray
+
+
+# ``new_ticket((workers, expected, slot, phase, sent_at))``: a Ticket made without running the
+# Python ``__new__`` a NamedTuple has (one is made per command, on the step path).
+new_ticket: Callable[[tuple[Any, ...]], Ticket] = functools.partial(tuple.__new__, Ticket)
+
+Ready = Callable[[Ticket], "np.ndarray | None"]  # a ticket's workers whose results may be read, or None
+
+
+class Bell(Protocol):
+    def ring(self) -> None: ...
+
+
+class UnitOwners(Protocol):
+    """The async ring, as far as a wait for its units needs it (:class:`vecshm.parent.handback.ring.UnitRing`)."""
+
+    def owners(self, units: np.ndarray) -> np.ndarray | None: ...
+
+
+class ControlWords:
+    """The one writer and reader of the workers' control words on the parent's side."""
+
+    def __init__(self, buffers: Buffers, plan: VecEnvPlan, doorbells: Sequence[Bell], timed: bool) -> None:
+        """``doorbells``: each process's (a restart keeps its process's); ``timed``: commands record
+        when they were sent (a ``step_timeout`` is set)."""
+        self._b, self._plan, self._doorbells, self._timed = buffers, plan, doorbells, timed
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def submit(self, command: Command, workers: np.ndarray, slot: int, phase: Phase) -> Ticket:
+        """Start ``command`` on ``workers``; observations go to ``slot`` (0, a lendable slot, or
+        ``ring.CLAIM``). Each worker's command word, slot and sequence number are written before
+        its doorbell rings: the segment is the record of what was sent."""
+        b = self._b
+        if workers is self._plan.all_workers:  # whole-array writes
+            b.prev_slot[:] = b.obs_slot
+            b.obs_slot[:] = slot
+            b.cmd[:] = int(command)
+            b.cmd_seq += 1
+            expected = b.cmd_seq.copy()
+            for bell in self._doorbells:
+                bell.ring()
+        else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
+            ids = workers.tolist()
+            for w in ids:
+                b.prev_slot[w] = b.obs_slot[w]
+                b.obs_slot[w] = slot
+                b.cmd[w] = int(command)
+                b.cmd_seq[w] += 1
+            expected = b.cmd_seq[workers]
+            process_of, doorbells = self._plan.process_of, self._doorbells
+            for p in dict.fromkeys(process_of[w] for w in ids):
+                doorbells[p].ring()
+        return new_ticket((workers, expected, slot, phase, time.monotonic() if self._timed else 0.0))
+
+    def close(self, p: int) -> None:
+        """Ask process ``p``'s workers to close their envs and exit (their last command)."""
+        first, last = self._plan.lanes[p]
+        self._b.cmd[first:last] = Command.CLOSE
+        self._b.cmd_seq[first:last] += 1
+        self._doorbells[p].ring()
+
+    # -- tickets ----------------------------------------------------------------------------------
+
+    def ticket(self, workers: np.ndarray, slot: int, phase: Phase, sent_at: float | np.ndarray) -> Ticket:
+        """The ticket of the commands ``workers`` were sent last (async batches start workers a few
+        at a time, and wait for any of those in flight)."""
+        return new_ticket((workers, self._b.cmd_seq[workers], slot, phase, sent_at))
+
+    def renewed(self, ticket: Ticket, worker: int) -> Ticket:
+        """``ticket`` with ``worker`` now expected to publish its latest command (it was restarted
+        and sent a reset)."""
+        expected = ticket.expected.copy()
+        expected[ticket.workers == worker] = self._b.cmd_seq[worker]
+        return ticket._replace(expected=expected)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def finished(self, need: int | None = None) -> Ready:
+        """``ready`` for a wait: the first ``need`` (default: all) of a ticket's workers to have
+        finished, in the ticket's order, once that many have."""
+        done_seq = self._b.done_seq
+
+        def finished(ticket: Ticket) -> np.ndarray | None:
+            workers = ticket.workers
+            n = len(workers) if need is None else need
+            done = workers[done_seq[workers] == ticket.expected]
+            return done[:n] if len(done) >= n else None
+
+        return finished
+
+    def units_written(self, ring: UnitOwners, units: np.ndarray) -> Ready:
+        """``ready`` for a wait: the workers that wrote the ring's ``units`` (see
+        :mod:`vecshm.parent.handback.ring`), in unit order, once every unit holds a finished step.
+        The ticket's workers are those in flight, one of which will claim each unit; one that fails
+        claims none, so its error ends the wait: others could fill every batch while it waited unseen."""
+        b = self._b
+
+        def written(ticket: Ticket) -> np.ndarray | None:
+            workers = ticket.workers
+            if _ERROR in b.status[workers].tolist():
+                failed = (b.done_seq[workers] == ticket.expected) & (b.status[workers] == _ERROR)
+                if np.count_nonzero(failed):
+                    return workers[failed]
+            return ring.owners(units)
+
+        return written
+
+    def unfinished(self, ticket: Ticket) -> np.ndarray:
+        """The workers of ``ticket`` that have not published its command yet."""
+        return ticket.workers[self._b.done_seq[ticket.workers] != ticket.expected]
+
+    def running(self, workers: np.ndarray) -> np.ndarray:
+        """Whether each of ``workers`` is running its latest command (a mask)."""
+        return self._b.done_seq[workers] != self._b.cmd_seq[workers]
+
+    def done(self, w: int, expected: int) -> bool:
+        """Whether worker ``w`` has published the command numbered ``expected``."""
+        return int(self._b.done_seq[w]) == expected
+
+    def statuses(self, workers: np.ndarray) -> list[int]:
+        """The status each of ``workers`` published with its last command (:class:`Status`)."""
+        return self._b.status[workers].tolist()
+
+    def slot(self, w: int) -> int:
+        """Where worker ``w``'s latest command writes its observations."""
+        return int(self._b.obs_slot[w])
+
+    def last_command(self, w: int) -> tuple[int, bool]:
+        """Where worker ``w``'s command before its latest wrote its observations, and whether its
+        latest is a reset (what a restart needs to end, or redo, what was lost)."""
+        return int(self._b.prev_slot[w]), int(self._b.cmd[w]) == Command.RESET
+
+    def env_running(self, w: int) -> int:
+        """The env worker ``w`` is running (``NO_ENV`` between envs), as it records before each."""
+        return int(self._b.progress[w])

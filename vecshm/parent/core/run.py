@@ -123,7 +123,8 @@ class VecRun:
         dynamic = engine.actions.write(actions)
         if engine.balance.active:  # every worker runs at once: every core for them
             engine.balance.release()
-        self._pending = engine.start_step(engine.plan.all_workers, engine.slots.acquire() if lend else 0, dynamic)
+        free = engine.slots.free  # (ObservationSlots.acquire, inline: the step path's one slot lookup)
+        self._pending = engine.start_step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
 
     def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:
         """Reset every env whose ``requests[i]`` holds its ``reset`` keywords; an env whose request is

@@ -294,29 +294,32 @@ class ObservationSlots:
         base = buffers.mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
         if not first:  # every observation leaf is dynamic (pickled): nothing to lend
-            self._leaves, self._addresses, self._free = [], [], []
+            self._leaves, self._addresses = [], []
+            self.free: list[int] = []
             return
         start = first[0].offset
         self._leaves = [(f.offset - start, f.dtype, f.shape) for f in first]  # the same in every slot
         span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
         self._addresses = [base + spec.slot_fields(plan, slot)[0].offset for slot in range(spec.obs_slots)]
         lendable = range(spec.obs_slots - 1, 0, -1) if span >= min_bytes else ()
-        self._free = list(lendable)  # pop() takes the lowest: fewest pages touched
+        # the free lendable slots: ``free.pop()`` takes one (the lowest: fewest pages touched), as
+        # :meth:`acquire` does; the run object pops it itself on the step path (one call fewer)
+        self.free = list(lendable)
 
     def acquire(self) -> int:
         """A free lendable slot, or 0 when every one is still held by the caller (or batches are too small)."""
-        return self._free.pop() if self._free else 0
+        return self.free.pop() if self.free else 0
 
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
         base = self._addresses[slot]
         regions = [(base + start, dtype, shape) for start, dtype, shape in self._leaves]
-        return lend_arrays(regions, self._mapping, lambda: self._free.append(slot))
+        return lend_arrays(regions, self._mapping, lambda: self.free.append(slot))
 
     def release(self, slot: int) -> None:
         """Give back a slot that was acquired but never lent (the command failed)."""
         if slot:
-            self._free.append(slot)
+            self.free.append(slot)
 
     def close(self) -> None:
         """Drop the engine's own hold on the mapping; lent arrays keep theirs."""

@@ -21,7 +21,7 @@ import numpy as np
 from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.core.actions import ActionWriter
 from vecshm.parent.core.balance import CoreBalance
-from vecshm.parent.core.restart import failure_policy
+from vecshm.parent.core.restart import EngineParts, failure_policy
 from vecshm.parent.core.waiting import Waiter
 from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
 from vecshm.parent.handback.results import Batch, ObservationSlots, ResultReader
@@ -103,9 +103,8 @@ class Engine:
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
         self.waiter = Waiter(self.pool, self.words, options.parent_spin_seconds, num_cores, self.timeout)
-        self.policy = failure_policy(
-            options, plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets
-        )
+        parts = EngineParts(plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets)
+        self.policy = failure_policy(options, parts)
 
     def check_usable(self) -> None:
         if self._state is EngineState.CLOSED:

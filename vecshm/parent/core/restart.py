@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -34,13 +34,33 @@ from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Arena, AutoReset, Phase, Rebuilt, RebuiltReset
 from vecshm.shared.units import CLAIM
 
-__all__ = ["FailurePolicy", "RaiseOnFailure", "RestartWorkers", "failure_policy", "MAX_RESTARTS_PER_PROCESS", "REDONE"]
+__all__ = [
+    "EngineParts",
+    "FailurePolicy",
+    "RaiseOnFailure",
+    "RestartWorkers",
+    "failure_policy",
+    "MAX_RESTARTS_PER_PROCESS",
+    "REDONE",
+]
 
 MAX_RESTARTS_PER_PROCESS = 20
 REDONE = None  # in ``restarting``: the env's reset was redone (a :class:`RebuiltReset`), no episode lost
 
 StartStep = Callable[[np.ndarray, int, "dict[int, list[Any]] | None"], Ticket]  # Engine.start_step
 SendResets = Callable[[list[Any], int, "np.ndarray | None"], Ticket]  # Engine.send_resets
+
+
+class EngineParts(NamedTuple):
+    """What the restart policy works with: the engine's parts, and its call that resets workers."""
+
+    plan: VecEnvPlan
+    pool: ProcessPool
+    words: ControlWords
+    waiter: Waiter
+    reader: ResultReader
+    ring: UnitRing | None
+    send_resets: SendResets
 
 
 class FailurePolicy(Protocol):
@@ -139,26 +159,17 @@ class RestartWorkers:
     - DISABLED: the step returns the last observation, truncated; the caller resets by mask.
     """
 
-    def __init__(
-        self,
-        plan: VecEnvPlan,
-        pool: ProcessPool,
-        words: ControlWords,
-        waiter: Waiter,
-        reader: ResultReader,
-        ring: UnitRing | None,
-        send_resets: SendResets,
-        autoreset: AutoReset,
-    ) -> None:
-        self.plan, self.pool, self.words, self.waiter, self.reader, self.ring = plan, pool, words, waiter, reader, ring
+    def __init__(self, parts: EngineParts, autoreset: AutoReset) -> None:
+        self.plan, self.pool, self.words, self.waiter = parts.plan, parts.pool, parts.words, parts.waiter
+        self.reader, self.ring, self.send_resets = parts.reader, parts.ring, parts.send_resets
+        reader, pool = parts.reader, parts.pool
         assert pool.buffers is not None, "the pool maps the segment before a policy is made"
         self.buffers = pool.buffers
-        self.send_resets = send_resets
         self.same_step = autoreset is AutoReset.SAME_STEP
         self.hold_reset = autoreset in (AutoReset.NEXT_STEP, AutoReset.NEXT_STEP_AHEAD)
         self.keeps_piped_obs = reader.spec.obs_dynamic
         # NEXT_STEP: whether each env's last collected result ended its episode (its next step resets it)
-        self.episode_over = np.zeros(plan.num_envs, dtype=bool) if self.hold_reset else None
+        self.episode_over = np.zeros(parts.plan.num_envs, dtype=bool) if self.hold_reset else None
         self.watches_results = self.keeps_piped_obs or self.hold_reset
         self.restarting: dict[int, Any] = {}
         self.rebuilt: set[int] = set()  # workers rebuilt while idle: their next step resets them instead
@@ -300,17 +311,8 @@ class RestartWorkers:
             self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] is Arena.OBS}
 
 
-def failure_policy(
-    options: EngineOptions,
-    plan: VecEnvPlan,
-    pool: ProcessPool,
-    words: ControlWords,
-    waiter: Waiter,
-    reader: ResultReader,
-    ring: UnitRing | None,
-    send_resets: SendResets,
-) -> FailurePolicy:
+def failure_policy(options: EngineOptions, parts: EngineParts) -> FailurePolicy:
     """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
     if options.restarts:
-        return RestartWorkers(plan, pool, words, waiter, reader, ring, send_resets, options.autoreset)
-    return RaiseOnFailure(pool)
+        return RestartWorkers(parts, options.autoreset)
+    return RaiseOnFailure(parts.pool)

@@ -5,9 +5,8 @@ A facade maps its peer's keywords, keeps its peer's state rules (SB3's ``waiting
 Everything about running the envs goes through a :class:`VecRun`, written once, as EnvPool's
 Python layer writes send/recv/step/reset once for every API flavour:
 
-- a whole batch: :meth:`VecRun.start_step` or :meth:`VecRun.start_reset`, then :meth:`VecRun.finish`,
-  which returns a :class:`~vecshm.parent.handback.results.Batch` (the command pending between them is the
-  run's, not the facade's);
+- a whole batch: :meth:`VecRun.start_step` or :meth:`VecRun.start_reset`, then :meth:`VecRun.finish`
+  for its :class:`~vecshm.parent.handback.results.Batch` (the run holds the command in between);
 - EnvPool-style batches: :meth:`VecRun.async_reset`, :meth:`VecRun.send`, :meth:`VecRun.recv`;
 - calls on some envs (:meth:`VecRun.call`), and what a caller may inspect.
 
@@ -123,7 +122,7 @@ class VecRun:
         dynamic = engine.actions.write(actions)
         if engine.balance.active:  # every worker runs at once: every core for them
             engine.balance.release()
-        free = engine.slots.free  # (ObservationSlots.acquire, inline: the step path's one slot lookup)
+        free = engine.slots.free  # (ObservationSlots.acquire inline, on the step path)
         self._pending = engine.start_step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
 
     def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:

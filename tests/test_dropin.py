@@ -34,8 +34,8 @@ from faulty_envs import LockedFactory
 from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv
+from lockstep import lockstep
 from stable_baselines3.common.vec_env import SubprocVecEnv
-from test_parity import run_lockstep
 
 from vecshm import ShmVecEnv, ShmVectorEnv
 
@@ -789,7 +789,7 @@ def test_env_fns_and_worker_are_kept_as_async_vector_env_keeps_them():
 def test_factories_that_cannot_be_pickled_run_under_fork_as_subproc_vec_env_runs_them():
     fns = [LockedFactory() for _ in range(3)]
     with closing(ShmVecEnv(fns, start_method="fork")) as ours, closing(SubprocVecEnv(fns, start_method="fork")) as ref:
-        run_lockstep(ours, ref, ours.action_space, steps=60, keeps_reset_infos=False)
+        lockstep(ours, ref, 60, seed=3, action_space=ours.action_space, reset_infos="ended")
 
 
 @pytest.mark.gymnasium_peer

@@ -18,6 +18,7 @@ import pytest
 from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from lockstep import lockstep
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
@@ -28,53 +29,13 @@ STACKED_BY_SUBPROC = ["dyn_text", "dyn_custom"]
 SB3_SPACES = [key for key in sorted(SPACES) if key not in NESTED_OR_DYNAMIC]
 
 
-def per_env(space: spaces.Space, actions: Any, n: int) -> Any:
-    """Dict/Tuple actions as SB3's DummyVecEnv indexes them: one value per env."""
-    if isinstance(space, spaces.Dict):
-        return [{key: value[i] for key, value in actions.items()} for i in range(n)]
-    if isinstance(space, spaces.Tuple):
-        return [tuple(value[i] for value in actions) for i in range(n)]
-    return actions
-
-
-def run_lockstep(venv, reference, action_space, steps: int, seed: int = 3, keeps_reset_infos: bool = True) -> int:
-    """Step both vec envs with the same seeds and actions; compare everything; return episodes seen.
-
-    ``keeps_reset_infos``: the reference keeps ``reset_infos[i]`` until env i's next reset (SB3's
-    DummyVecEnv, and vecshm); SubprocVecEnv empties it on every step, so only ended envs compare.
-    Rewards compare bit for bit against SubprocVecEnv, which stacks the envs' own values, as
-    vecshm does; SB3's DummyVecEnv casts them to float32, so against it vecshm's are cast too.
-    """
-    float32_rewards = isinstance(reference, SB3DummyVecEnv)
-    rng = np.random.default_rng(seed)
-    venv.seed(seed)
-    reference.seed(seed)
-    assert_tree_equal(venv.reset(), reference.reset(), "reset obs")
-    assert_tree_equal(list(venv.reset_infos), list(reference.reset_infos), "reset_infos")
-    episodes = 0
-    for t in range(steps):
-        actions = sample_actions(action_space, venv.num_envs, rng)
-        obs, rewards, dones, infos = venv.step(actions)
-        ref_obs, ref_rewards, ref_dones, ref_infos = reference.step(per_env(action_space, actions, venv.num_envs))
-        assert_tree_equal(obs, ref_obs, f"step {t} obs")
-        assert_tree_equal(rewards.astype(np.float32) if float32_rewards else rewards, ref_rewards, f"step {t} rewards")
-        assert_tree_equal(dones, ref_dones, f"step {t} dones")
-        assert_tree_equal(list(infos), list(ref_infos), f"step {t} infos")
-        if keeps_reset_infos:
-            assert_tree_equal(list(venv.reset_infos), list(reference.reset_infos), f"step {t} reset_infos")
-        for i in np.flatnonzero(dones):
-            assert_tree_equal(venv.reset_infos[i], reference.reset_infos[i], f"step {t} reset_infos[{i}]")
-        episodes += int(dones.sum())
-    return episodes
-
-
 @pytest.mark.parametrize("obs_key", SB3_SPACES)
 @pytest.mark.parametrize("envs_per_worker", [1, 2, 3])
 def test_bit_identical_to_sb3_dummy_vec_env_for_every_space(obs_key, envs_per_worker, no_leaks):
     # 5 envs: envs_per_worker 2 and 3 give uneven workers (2+2+1, 3+2), as a user expects
     fns = [make_space_env(obs_key, tag=i) for i in range(5)]
     with ShmVecEnv(fns, envs_per_worker=envs_per_worker) as venv, closing(SB3DummyVecEnv(fns)) as reference:
-        episodes = run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=40)
+        episodes = lockstep(venv, reference, 40, seed=3, action_space=ACTION_SPACES["discrete"])
     assert episodes >= 6, "the run must cover several auto-resets"
 
 
@@ -82,7 +43,7 @@ def test_bit_identical_to_sb3_dummy_vec_env_for_every_space(obs_key, envs_per_wo
 def test_text_and_custom_spaces_bit_identical_to_subproc_vec_env(obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i) for i in range(3)]
     with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SubprocVecEnv(fns)) as reference:
-        episodes = run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=30, keeps_reset_infos=False)
+        episodes = lockstep(venv, reference, 30, seed=3, action_space=ACTION_SPACES["discrete"], reset_infos="ended")
     assert episodes >= 3
 
 
@@ -136,7 +97,7 @@ def test_nested_and_dynamic_spaces_match_sync_vector_env_same_step(obs_key, no_l
 def test_every_action_space_reaches_the_env_intact(act_key):
     fns = [make_space_env("box_f32", act_key) for _ in range(4)]
     with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SB3DummyVecEnv(fns)) as reference:
-        run_lockstep(venv, reference, ACTION_SPACES[act_key], steps=25)
+        lockstep(venv, reference, 25, seed=3, action_space=ACTION_SPACES[act_key])
 
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
@@ -146,13 +107,13 @@ def test_every_start_method_is_bit_identical(start_method, no_leaks):
         ShmVecEnv(fns, start_method=start_method, envs_per_worker=2) as venv,
         closing(SB3DummyVecEnv(fns)) as reference,
     ):
-        run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=30)
+        lockstep(venv, reference, 30, seed=3, action_space=ACTION_SPACES["discrete"])
 
 
 def test_uneven_default_split_is_bit_identical():
     fns = [make_space_env("frame_u8") for _ in range(5)]
     with ShmVecEnv(fns) as venv, closing(SB3DummyVecEnv(fns)) as reference:
-        run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=30)
+        lockstep(venv, reference, 30, seed=3, action_space=ACTION_SPACES["discrete"])
 
 
 def test_terminal_observation_and_timelimit_flag_follow_sb3():
@@ -224,7 +185,7 @@ def test_one_process_per_env_oversubscribed_stays_bit_identical(no_leaks):
     """32 worker processes on a 2-core machine: no deadlock, no lost wake-up, same results."""
     fns = [make_space_env("box_f32", tag=i, big_info_every=0) for i in range(32)]
     with ShmVecEnv(fns, envs_per_worker=1) as venv, closing(SB3DummyVecEnv(fns)) as reference:
-        run_lockstep(venv, reference, ACTION_SPACES["discrete"], steps=200)
+        lockstep(venv, reference, 200, seed=3, action_space=ACTION_SPACES["discrete"])
 
 
 # Reward types an env may return, and the dtype np.stack (SubprocVecEnv) gives each: Python float
@@ -328,7 +289,7 @@ def test_observations_that_break_their_space_s_dtype_come_cast_as_dummy_vec_env_
     SB3's DummyVecEnv and Gymnasium's vector envs (SubprocVecEnv stacks them as float64)."""
     with closing(ShmVecEnv([SloppyDtypeEnv] * 3, envs_per_worker=2)) as venv:
         reference = SB3DummyVecEnv([SloppyDtypeEnv] * 3)
-        run_lockstep(venv, reference, venv.action_space, steps=30)
+        lockstep(venv, reference, 30, seed=3, action_space=venv.action_space)
     with closing(ShmVectorEnv([SloppyDtypeEnv] * 3)) as envs, closing(SyncVectorEnv([SloppyDtypeEnv] * 3)) as ref:
         assert_tree_equal(envs.reset(seed=1), ref.reset(seed=1), "reset")
         for t in range(30):

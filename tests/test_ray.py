@@ -33,9 +33,9 @@ from conftest import (
     wait_gone,
 )
 from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor
+from lockstep import lockstep
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
-from test_parity import run_lockstep
 
 from vecshm import ActorDiedError, ClosedError, FailedError, StepTimeoutError, WorkerDiedError, WorkerError
 
@@ -91,7 +91,7 @@ def test_bit_identical_to_sb3_dummy_vec_env(obs_key, act_key):
     fns = [make_space_env(obs_key, act_key, max_steps=4 + i) for i in range(5)]
     with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         assert venv.observation_space == reference.observation_space
-        assert run_lockstep(venv, reference, ACTION_SPACES[act_key], steps=20) > 0
+        assert lockstep(venv, reference, 20, seed=3, action_space=ACTION_SPACES[act_key]) > 0
 
 
 def test_actors_are_placed_on_both_nodes_by_default():

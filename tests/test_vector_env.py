@@ -9,42 +9,13 @@ from contextlib import closing
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, SPACES, assert_tree_equal, make_space_env, sample_actions, shared_memory_for
+from conftest import SPACES, assert_tree_equal, make_space_env, shared_memory_for
 from faulty_envs import faulty, healthy
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from lockstep import lockstep
 
 from vecshm import ShmVectorEnv, WorkerError
-
-
-def in_key_order(infos: dict) -> dict:
-    return {key: infos[key] for key in sorted(infos)}
-
-
-def lockstep(ours, reference, steps: int, seed: int = 0) -> None:
-    """``ours`` and ``reference`` stepped alike, results equal bit for bit and key for key; against
-    ``SyncVectorEnv`` in SAME_STEP mode the infos' keys in any order: it adds an ended episode's
-    ``final_obs`` before its ``final_info``, and ``AsyncVectorEnv``, which vecshm follows, after it
-    (``test_same_step_infos_match_async_vector_env_key_for_key``)."""
-    any_order = isinstance(reference, SyncVectorEnv) and ours.autoreset_mode is AutoresetMode.SAME_STEP
-    rng = np.random.default_rng(seed)
-    assert_tree_equal(ours.reset(seed=seed), reference.reset(seed=seed), "reset")
-    for t in range(steps):
-        actions = sample_actions(ACTION_SPACES["discrete"], ours.num_envs, rng)
-        if ours.autoreset_mode is AutoresetMode.DISABLED:
-            reference_done = getattr(reference, "_done", np.zeros(ours.num_envs, bool))
-            if reference_done.any():
-                mask = reference_done.copy()
-                assert_tree_equal(
-                    ours.reset(options={"reset_mask": mask}), reference.reset(options={"reset_mask": mask.copy()})
-                )
-        a, b = ours.step(actions), reference.step(actions)
-        if any_order:
-            a, b = (*a[:4], in_key_order(a[4])), (*b[:4], in_key_order(b[4]))
-        for name, x, y in zip(("obs", "rewards", "terminations", "truncations", "infos"), a, b):
-            assert_tree_equal(x, y, f"step {t} {name}")
-        reference._done = b[2] | b[3]
-
 
 DYNAMIC_KEYS = [key for key in SPACES if key.startswith("dyn_")]
 
@@ -61,7 +32,7 @@ def test_bit_identical_to_sync_vector_env(mode, obs_key, no_leaks):
         assert ours.observation_space == reference.observation_space
         assert ours.action_space == reference.action_space
         assert ours.metadata["autoreset_mode"] == mode
-        lockstep(ours, reference, steps=30)
+        lockstep(ours, reference, 30)
     finally:
         ours.close()
         reference.close()
@@ -74,7 +45,7 @@ def test_same_step_infos_match_async_vector_env_key_for_key(obs_key, no_leaks):
     fns = [make_space_env(obs_key, tag=i, max_steps=3 + i) for i in range(3)]
     options = {"autoreset_mode": AutoresetMode.SAME_STEP, "shared_memory": shared_memory_for(obs_key)}
     with ShmVectorEnv(fns, envs_per_worker=2, **options) as ours, closing(AsyncVectorEnv(fns, **options)) as reference:
-        lockstep(ours, reference, steps=12)
+        lockstep(ours, reference, 12)
 
 
 @pytest.mark.parametrize("obs_key", DYNAMIC_KEYS)
@@ -85,7 +56,7 @@ def test_dynamic_spaces_bit_identical_to_async_vector_env_without_shared_memory(
     reference = AsyncVectorEnv(fns, shared_memory=False)
     try:
         assert ours.observation_space == reference.observation_space
-        lockstep(ours, reference, steps=25)
+        lockstep(ours, reference, 25)
     finally:
         ours.close()
         reference.close()

@@ -7,7 +7,8 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import ACTION_SPACES, assert_tree_equal, make_space_env, sample_actions
+from conftest import assert_tree_equal, make_space_env
+from lockstep import lockstep
 
 from vecshm import (
     DummyVecEnv,
@@ -45,19 +46,9 @@ def drop_times(infos):
     return infos
 
 
-def lockstep(ours, theirs, steps: int = 30) -> None:
-    rng = np.random.default_rng(0)
-    ours.seed(1)
-    theirs.seed(1)
-    assert_tree_equal(ours.reset(), theirs.reset(), "reset")
-    assert ours.observation_space == theirs.observation_space
-    for t in range(steps):
-        actions = sample_actions(ACTION_SPACES["discrete"], ours.num_envs, rng)
-        a, b = ours.step(actions), theirs.step(actions)
-        assert_tree_equal(a[0], b[0], f"step {t} obs")
-        assert_tree_equal(a[1], b[1], f"step {t} rewards")
-        assert_tree_equal(a[2], b[2], f"step {t} dones")
-        assert_tree_equal(drop_times(list(a[3])), drop_times(list(b[3])), f"step {t} infos")
+def compare(ours, theirs, steps: int = 30) -> None:
+    """Lockstep, with an episode's wall-clock time left out of ``VecMonitor``'s infos."""
+    lockstep(ours, theirs, steps, seed=1, action_seed=0, reset_infos="none", infos=drop_times, same_spaces=True)
 
 
 @pytest.mark.parametrize("name", sorted(WRAPPERS))
@@ -70,7 +61,7 @@ def test_same_outputs_as_sb3(name):
     ours = wrap(vecshm, DummyVecEnv(fns))
     theirs = wrap(sb3_vec_env, sb3_vec_env.DummyVecEnv(fns))
     try:
-        lockstep(ours, theirs)
+        compare(ours, theirs)
     finally:
         ours.close()
         theirs.close()
@@ -88,7 +79,7 @@ def test_same_outputs_on_shm_vec_env(name):
     ours = wrap(vecshm, ShmVecEnv(fns, envs_per_worker=2))
     reference = wrap(sb3_vec_env, sb3_vec_env.SubprocVecEnv(fns))
     try:
-        lockstep(ours, reference)
+        compare(ours, reference)
     finally:
         ours.close()
         reference.close()
@@ -282,7 +273,7 @@ def test_wrappers_above_a_pinned_vec_env_write_pooled_arrays_with_sb3_s_outputs(
     ours = wrap(vecshm, PinnedDummyVecEnv(fns))
     theirs = wrap(sb3_vec_env, sb3_vec_env.DummyVecEnv(fns))
     try:
-        lockstep(ours, theirs, steps=40)  # bit for bit, and held arrays never rewritten (below)
+        compare(ours, theirs, steps=40)  # bit for bit, and held arrays never rewritten (below)
         held = ours.step(np.zeros(3, dtype=np.int64))[0]
         kept = {k: v.copy() for k, v in held.items()} if isinstance(held, dict) else held.copy()
         for _ in range(10):

@@ -173,8 +173,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         self._assert_is_running()
         seeds = seed_list(seed, self.num_envs)
-        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
-            expect_idle(self._state, "reset_async", self._run.in_flight)
+        expect_idle(self._state, "reset_async", self._run.in_flight)
         mask = np.ones(self.num_envs, dtype=bool)
         if options is not None and "reset_mask" in options:
             options = dict(options)
@@ -238,8 +237,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset results batch by batch."""
         self._assert_is_running()
-        if self._state is not CallState.DEFAULT:  # (the check, only to raise; envs may be in flight)
-            expect_idle(self._state, "async_reset", self._run.in_flight)
+        expect_idle(self._state, "async_reset", self._run.in_flight)
         self._run.async_reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
     def _check_send(self) -> None:
@@ -271,15 +269,13 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         self._assert_is_running()
-        if self._state is not CallState.DEFAULT or self._run.in_flight:  # (the check, only to raise)
-            expect_idle(self._state, "call_async", self._run.in_flight)
+        expect_idle(self._state, "call_async", self._run.in_flight)
         self._call = (name, args, kwargs)
         self._state = CallState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         self._assert_is_running()
-        if self._state is not CallState.WAITING_CALL:
-            expect_pending(self._state, CallState.WAITING_CALL, "call_wait", "call_async")
+        expect_pending(self._state, CallState.WAITING_CALL, "call_wait", "call_async")
         name, args, kwargs = self._call
         self._state = CallState.DEFAULT
         if name in ("reset", "step", "close", "_setattr", "_check_spaces"):

@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 import vecshm.shared.info_columns
 from vecshm.parent.core.engine import Engine
+from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import EngineOptions
 from vecshm.shared.protocol import AutoReset
 from vecshm.vec_env.base import stack_dynamic
@@ -51,8 +52,13 @@ class AleInfoEnv(gym.Env):
 def last_step(engine: Engine, n: int) -> Any:
     """A reset, then one step of every env, whose results (a ``vecshm.parent.handback.results.Batch``) can be read
     again and again."""
-    engine.wait_all(engine.send_resets([{}] * n, 0))
-    return engine.wait_all(engine.start_step(engine.plan.all_workers, 0, engine.actions.write(np.zeros(n, np.int64))))
+
+    def finished(ticket: Any) -> Batch:  # what VecRun.finish does, for a slot-0 command
+        collected = engine.waiter.collect(ticket, engine.words.finished(), None, engine.policy)
+        return Batch(engine.reader, None, collected.extras, None)
+
+    finished(engine.send_resets([{}] * n, 0))
+    return finished(engine.start_step(engine.plan.all_workers, 0, engine.actions.write(np.zeros(n, np.int64))))
 
 
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:

@@ -9,7 +9,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.core.run import RunProperties, VecRun
+from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
@@ -180,8 +181,10 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._reset_seeds()
         self._reset_options()
 
-    def _check_send(self) -> None:
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
         self._run.check_usable()
+        self._run.send(actions, env_ids)
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.

@@ -12,7 +12,8 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 
-from vecshm.parent.core.run import RunProperties, VecRun
+from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import (
     DEFAULT_BALANCE_RULES,
@@ -240,10 +241,12 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         expect_idle(self._state, "async_reset", self._run.in_flight)
         self._run.async_reset([{"seed": s, "options": options} for s in seed_list(seed, self.num_envs)])
 
-    def _check_send(self) -> None:
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
         self._assert_is_running()
         if self._state is not CallState.DEFAULT:  # (the check, only to raise; envs may be in flight)
             expect_idle(self._state, "send", self._run.in_flight)
+        self._run.send(actions, env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.

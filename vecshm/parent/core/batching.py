@@ -64,6 +64,7 @@ class AsyncBatches:
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
         n, plan = engine.num_envs, engine.plan
         self.engine, self.plan, self.words = engine, plan, engine.words
+        self.waiter, self.policy = engine.waiter, engine.policy  # (collect: wait, then read the sockets)
         self.sizes = slice_sizes(plan.worker_slices)
         self.in_flight = np.zeros(plan.num_workers, dtype=bool)  # workers running a command
         self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
@@ -149,7 +150,7 @@ class AsyncBatches:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
                 units = ring.next_units(need // ring.unit_rows)
                 written = self.words.units_written(ring, units)
-                done, extras = self.engine.collect(self._ticket(pending), written, timeout)
+                done, extras = self.waiter.collect(self._ticket(pending), written, timeout, self.policy)
                 if ring.keep_latest:
                     ring.collected(units, done)
                 self.in_flight[done] = False
@@ -164,7 +165,7 @@ class AsyncBatches:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(finished.env_ids)) // int(self.sizes[pending].max()))  # workers that may do
-            done, extras = self.engine.collect(self._ticket(pending), self.words.finished(fewest), timeout)
+            done, extras = self.waiter.collect(self._ticket(pending), self.words.finished(fewest), timeout, self.policy)
             done = np.sort(done)
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
@@ -183,7 +184,8 @@ class AsyncBatches:
         if need > left:
             units = ring.next_units(ring.units_for(need))
             units = units[1:] if left else units
-            done, extras = self.engine.collect(self._ticket(pending), self.words.units_written(ring, units), timeout)
+            written = self.words.units_written(ring, units)
+            done, extras = self.waiter.collect(self._ticket(pending), written, timeout, self.policy)
             if ring.keep_latest:
                 ring.collected(units, done)
             self.in_flight[done] = False
@@ -197,7 +199,7 @@ class AsyncBatches:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = self.in_flight.nonzero()[0]
         if len(pending):
-            self.engine.collect(self._ticket(pending), self.words.finished())
+            self.waiter.collect(self._ticket(pending), self.words.finished(), None, self.policy)
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))

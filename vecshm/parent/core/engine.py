@@ -1,11 +1,12 @@
-"""The API-neutral engine: sends commands to workers, and waits for their results.
+"""The API-neutral engine: starts the workers, and sends them commands.
 
 The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
 the engine decides how they travel. A step is: check and copy actions into shared memory, write
-each worker's command word, ring its doorbell (:mod:`vecshm.parent.control`, which returns the command's
-:class:`~vecshm.parent.control.Ticket`), then wait on one shared doorbell after a short, bounded spin
-(:mod:`vecshm.parent.core.waiting`). Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's
-death does is the failure policy's (:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
+each worker's command word, ring its doorbell (:mod:`vecshm.parent.control`, which returns the
+command's :class:`~vecshm.parent.control.Ticket`); the run object then waits for the ticket on one
+shared doorbell after a short, bounded spin (:meth:`vecshm.parent.core.waiting.Waiter.collect`).
+Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's death does is the
+failure policy's (:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
-from vecshm.parent.control import ControlWords, Ready, Ticket
+from vecshm.parent.control import ControlWords, Ticket
 from vecshm.parent.core.actions import ActionWriter
 from vecshm.parent.core.balance import CoreBalance
+from vecshm.parent.core.health import Health
 from vecshm.parent.core.restart import EngineParts, failure_policy
 from vecshm.parent.core.waiting import Waiter
-from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
-from vecshm.parent.handback.results import Batch, ObservationSlots, ResultReader
+from vecshm.parent.handback.results import ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
 from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan, as_env_list
@@ -32,18 +32,12 @@ from vecshm.parent.processes.pool import ProcessPool
 from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
-from vecshm.shared.errors import ClosedError, FailedError, VecShmError, WorkerDiedError
+from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Command, Phase
 from vecshm.shared.registry import snapshot_registry
 from vecshm.shared.transport import choose_transport
 
-__all__ = ["Engine", "EngineState"]
-
-
-class EngineState(Enum):
-    READY = "ready"
-    FAILED = "failed"
-    CLOSED = "closed"
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -66,10 +60,10 @@ class Engine:
         )  # fmt: skip
         self.worker_cores = plan_worker_cores(options.cpu_affinity, plan.num_processes)  # per process
         settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
-        self._state, self._failure = EngineState.READY, ""
         self.nbytes = 0  # the segment's size, once laid out
         registry = b"" if self.start_method == "fork" else snapshot_registry()
         self.pool = ProcessPool(fns, plan, options, context, settings, self.transport, registry)
+        self.health = Health(self.pool.shutdown)  # shared with the waits, which fail it on a fatal error
         self._finalizer = weakref.finalize(self, self.pool.shutdown)
         try:
             self._start(len(cores))
@@ -102,24 +96,20 @@ class Engine:
         ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
-        self.waiter = Waiter(self.pool, self.words, options.parent_spin_seconds, num_cores, self.timeout)
+        self.waiter = Waiter(self.pool, self.words, options.parent_spin_seconds, num_cores, self.timeout, self.health)
         parts = EngineParts(plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets)
         self.policy = failure_policy(options, parts)
 
     def check_usable(self) -> None:
-        if self._state is EngineState.CLOSED:
-            raise ClosedError("this vec env is closed; create a new one")
-        if self._state is EngineState.FAILED:
-            raise FailedError(f"this vec env failed earlier and can only be closed: {self._failure}")
+        """Raise ``ClosedError`` after :meth:`close`, ``FailedError`` after a failure."""
+        self.health.check_usable()
 
     def fail(self, error: BaseException) -> None:
         """The vec env cannot go on after ``error``: its workers are shut down, and it can only be closed."""
-        self._state = EngineState.FAILED
-        self._failure = str(error).split("\n", 1)[0]
-        self.pool.shutdown()
+        self.health.fail(error)
 
     def close(self) -> None:
-        self._state = EngineState.CLOSED
+        self.health.close()
         for part in ("slots", "ring", "balance"):
             if getattr(self, part, None) is not None:
                 getattr(self, part).close()
@@ -163,31 +153,3 @@ class Engine:
                 return
             self.fail(error)
             raise
-
-    def wait_all(self, ticket: Ticket, timeout: float | None = None) -> Batch:
-        """Wait for a command every worker was sent (a step, :meth:`send_resets`); its results."""
-        try:
-            collected = self.collect(ticket, self.words.finished(), timeout)
-        except BaseException:
-            self.slots.release(ticket.slot)  # nobody will read it; the workers finish before their next command
-            raise
-        return Batch(self.reader, None, collected.extras, self.slots.lend(ticket.slot) if ticket.slot > 0 else None)
-
-    def collect(self, ticket: Ticket, ready: Ready, timeout: float | None = None) -> Collected:
-        """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
-        ring's units written), then read their sockets (errors raise); those workers, with their
-        extras. ``timeout`` overrides the engine's. A restarted worker's envs end their lost episode
-        once its reset is collected (maybe later)."""
-        policy = self.policy
-        try:
-            done, ticket = self.waiter.wait(
-                ticket, self.timeout if timeout is None else timeout, ready, policy.on_death
-            )
-            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if policy.restarting else {}
-            piped = self.waiter.gather(done, ticket.phase)
-        except VecShmError as error:
-            self.fail(error)
-            raise
-        if policy.watches_results:
-            policy.seen(self.plan.env_ids_of(done), piped)
-        return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)

@@ -39,7 +39,7 @@ from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import CallOp
 
-__all__ = ["Runtime", "RunProperties", "VecRun"]
+__all__ = ["Runtime", "VecRun"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class VecRun:
         start_method = engine_options.start_method or default_start_method()
         target, pin = output_device(device, pin_memory, start_method, engine_options.restarts)
         self._engine = engine = Engine(env_fns, engine_options)
+        self._health = engine.health
         self._pending: Ticket | None = None  # the whole-batch command between a start_* and its finish
         self._last_batch: np.ndarray | None = None  # the envs the last recv returned: send's default
         self._registration: Any = None
@@ -144,7 +145,13 @@ class VecRun:
         ticket, self._pending = self._pending, None
         if ticket is None:
             raise NoAsyncCallError("finish() was called with no command pending")
-        return self._engine.wait_all(ticket, timeout=timeout)
+        engine, slot = self._engine, ticket.slot
+        try:
+            collected = engine.waiter.collect(ticket, engine.words.finished(), timeout, engine.policy)
+        except BaseException:
+            engine.slots.release(slot)  # nobody will read it; the workers finish before their next command
+            raise
+        return Batch(engine.reader, None, collected.extras, engine.slots.lend(slot) if slot > 0 else None)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -209,7 +216,8 @@ class VecRun:
 
     def check_usable(self) -> None:
         """Raise ``ClosedError`` after :meth:`close`, ``FailedError`` after a failure."""
-        self._engine.check_usable()
+        if not self._health.usable:  # (on the step path: an attribute read while the run is usable)
+            self._health.check_usable()
 
     def close(self) -> None:
         """Finish the copies in flight, unregister the segment, then stop the workers (in that
@@ -282,69 +290,3 @@ class VecRun:
     @observer.setter
     def observer(self, observer: WaitObserver | None) -> None:
         self._engine.waiter.observer = observer
-
-
-class RunProperties:
-    """What both facades show of their :class:`VecRun` (``self.run``), and EnvPool's ``send``."""
-
-    _run: VecRun
-
-    @property
-    def run(self) -> VecRun:
-        """The vec env's run: the workers, and the commands, batches and calls sent to them."""
-        return self._run
-
-    @property
-    def pin_memory(self) -> bool:
-        """Whether the segment is page-locked and registered with CUDA (``pin_memory``)."""
-        return self._run.pin_memory
-
-    @property
-    def processes(self) -> list[Any]:
-        """The worker processes (``multiprocessing.Process``), as the peers' ``processes``: one per
-        worker process, each hosting ``envs_per_worker`` envs, so fewer than ``num_envs`` when a
-        process hosts several. A restarted worker's new process replaces its old one."""
-        return self._run.processes
-
-    @property
-    def plan(self) -> VecEnvPlan:
-        """Which envs each worker process hosts, and each command runs on (see :mod:`vecshm.parent.plan`)."""
-        return self._run.plan
-
-    @property
-    def runtime(self) -> Runtime:
-        """How the vec env runs: start method, transport, cores, segment size, ring."""
-        return self._run.runtime
-
-    @property
-    def segment(self) -> Buffers:
-        """The shared segment's arrays by name, for diagnostics: read them, never write them."""
-        return self._run.segment
-
-    @property
-    def core_balance(self) -> CoreBalance:
-        """Whether the workers keep off the parent's core in async batches (:mod:`vecshm.parent.core.balance`)."""
-        return self._run.core_balance
-
-    @property
-    def in_flight(self) -> bool:
-        """Whether envs sent with ``send`` (or ``async_reset``) have not all come back from ``recv`` yet."""
-        return self._run.in_flight
-
-    @property
-    def observer(self) -> WaitObserver | None:
-        """An object told of every wait for workers (see :class:`vecshm.parent.core.waiting.WaitObserver`)."""
-        return self._run.observer
-
-    @observer.setter
-    def observer(self, observer: WaitObserver | None) -> None:
-        self._run.observer = observer
-
-    def _check_send(self) -> None:
-        """Raise if the facade's state does not allow ``send`` now (each peer has its own rules)."""
-        raise NotImplementedError
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting."""
-        self._check_send()
-        self._run.send(actions, env_ids)

@@ -4,24 +4,28 @@ A command returns a :class:`~vecshm.parent.control.Ticket` (:mod:`vecshm.parent.
 run object holds while the call is pending and hands back to :meth:`Waiter.wait`. A wait ends when
 ``ready`` names finished workers; a worker process that died meanwhile is handed to the failure
 policy (:mod:`vecshm.parent.core.restart`) as a value, and the policy either raises or returns the
-ticket to keep waiting on.
+ticket to keep waiting on. :meth:`Waiter.collect` is the whole of it for a caller: wait, tell the
+policy what was collected, and read what the workers left on their sockets (an env's error raises,
+and an error the vec env cannot recover from fails it first).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 
 from vecshm.parent.control import ControlWords, Ready, Ticket
+from vecshm.parent.core.health import Health
+from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
 from vecshm.parent.processes.pool import ProcessPool
-from vecshm.shared.errors import remote_errors
+from vecshm.shared.errors import VecShmError, remote_errors
 from vecshm.shared.protocol import Phase, Status
 from vecshm.shared.sync import DoneWatch, Spinner
 
-__all__ = ["Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
+__all__ = ["Deaths", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
@@ -44,6 +48,22 @@ class WaitObserver(Protocol):
 OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
 
 
+class Deaths(Protocol):
+    """What a wait asks the failure policy (:class:`vecshm.parent.core.restart.FailurePolicy`)."""
+
+    @property
+    def restarting(self) -> Mapping[int, Any]: ...
+
+    @property
+    def watches_results(self) -> bool: ...
+
+    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket: ...
+
+    def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]: ...
+
+    def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None: ...
+
+
 class Waiter:
     """The parent's waits for one pool of workers (see the module's docstring).
 
@@ -51,10 +71,18 @@ class Waiter:
     """
 
     def __init__(
-        self, pool: ProcessPool, words: ControlWords, spin_seconds: float, cores: int, timeout: float | None
+        self,
+        pool: ProcessPool,
+        words: ControlWords,
+        spin_seconds: float,
+        cores: int,
+        timeout: float | None,
+        health: Health,
     ) -> None:
         assert pool.buffers is not None, "the pool maps the segment before anyone waits on it"
         self.pool = pool
+        self.plan = pool.plan
+        self.health = health
         self.words = words
         self.buffers = pool.buffers
         self.timeout = timeout
@@ -66,6 +94,22 @@ class Waiter:
         self.observer: WaitObserver | None = None
         self._next_check = 0.0
         self._ended = 0.0  # when the last wait ended
+
+    def collect(self, ticket: Ticket, ready: Ready, timeout: float | None, policy: Deaths) -> Collected:
+        """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
+        ring's units written), then read their sockets (errors raise); those workers, with their
+        extras. ``timeout`` (None: the engine's) bounds the wait. A restarted worker's envs end their
+        lost episode once its reset is collected (maybe later)."""
+        try:
+            done, ticket = self.wait(ticket, self.timeout if timeout is None else timeout, ready, policy.on_death)
+            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if policy.restarting else {}
+            piped = self.gather(done, ticket.phase)
+        except VecShmError as error:
+            self.health.fail(error)
+            raise
+        if policy.watches_results:
+            policy.seen(self.plan.env_ids_of(done), piped)
+        return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)
 
     def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
         """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended

@@ -1,0 +1,161 @@
+"""The copies of one ``ParallelEnv`` on the engine, and their results as rows.
+
+Both multi-agent facades start their :class:`~vecshm.parent.core.run.VecRun` here (one env of the
+engine per copy, :class:`~vecshm.pettingzoo.rows.AgentRows` in its worker) and read each batch
+with :func:`read_rows`: the rows of copy ``k`` are ``k * num_agents`` to ``(k + 1) * num_agents``,
+agents in ``possible_agents`` order, as SuperSuit orders them. Observations are reshaped views of
+what the workers wrote (lent or copied as the facade's ``copy`` says); rewards and flags are
+small fresh arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from vecshm.parent.core.run import VecRun
+from vecshm.parent.handback.results import Batch
+from vecshm.parent.processes.start_methods import gymnasium_start_method
+from vecshm.pettingzoo.rows import CopyOf, agent_spaces
+from vecshm.shared.protocol import AutoReset
+
+__all__ = ["AgentPlan", "Rows", "plan_copies", "read_rows", "start_copies", "to_copies"]
+
+
+class AgentPlan(NamedTuple):
+    """What the facades know of one ``ParallelEnv``: its agents and the spaces they share."""
+
+    agents: list[str]
+    observation_space: Any
+    action_space: Any
+    num_copies: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.num_copies * len(self.agents)
+
+
+def plan_copies(parallel_env: Any, num_copies: int) -> AgentPlan:
+    """Check ``parallel_env`` (its agents must share their spaces) and ``num_copies``, before any
+    process starts."""
+    if not isinstance(num_copies, (int, np.integer)) or num_copies < 1:
+        raise ValueError(f"the number of copies must be an int >= 1, got {num_copies!r}")
+    agents, observation_space, action_space = agent_spaces(parallel_env)
+    return AgentPlan(agents, observation_space, action_space, int(num_copies))
+
+
+def start_copies(
+    parallel_env: Any,
+    plan: AgentPlan,
+    num_cpus: int,
+    batch_size: int | None,
+    autoreset: AutoReset,
+    options: dict[str, Any],
+) -> VecRun:
+    """A run of ``plan.num_copies`` copies of ``parallel_env`` on ``num_cpus`` worker processes
+    (0: vecshm's default plan); ``batch_size``: copies per async batch."""
+    if not isinstance(num_cpus, (int, np.integer)) or num_cpus < 0:
+        raise ValueError(f"num_cpus must be an int >= 0 (0: vecshm's default plan), got {num_cpus!r}")
+    if num_cpus and options.get("envs_per_worker") is None:
+        options = {**options, "envs_per_worker": -(-plan.num_copies // min(int(num_cpus), plan.num_copies))}
+    fns = [CopyOf(parallel_env)] * plan.num_copies
+    if options.get("start_method") is None:  # as SuperSuit's processes: multiprocessing's default, as AsyncVectorEnv
+        options = {**options, "start_method": gymnasium_start_method(_user_frame(), fns)}
+    return VecRun(fns, batch_size, autoreset=autoreset, **options)
+
+
+def _user_frame() -> Any:
+    """The frame of the code that called into vecshm (whether its script can be imported by a worker)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("vecshm."):
+        frame = frame.f_back
+    return frame
+
+
+def to_copies(actions: Any, plan: AgentPlan, copies: int) -> Any:
+    """A batch of row actions (one row per agent of each of ``copies`` copies) as the copies' actions."""
+    rows = copies * len(plan.agents)
+    if isinstance(actions, dict):
+        return {key: to_copies(value, plan, copies) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(to_copies(value, plan, copies) for value in actions)
+    actions = np.asarray(actions)
+    if actions.ndim == 0 or actions.shape[0] != rows:
+        raise ValueError(
+            f"expected actions with one row per agent of each copy ({copies} copies x {len(plan.agents)} agents "
+            f"= {rows} rows), got an array of shape {actions.shape}"
+        )
+    return actions.reshape(copies, len(plan.agents), *actions.shape[1:])
+
+
+class Rows(NamedTuple):
+    """A batch's results as rows (see the module). ``ended``: positions (in the batch) of copies
+    whose episode ended, all of whose agents are done; with ``finals`` (SAME_STEP) those copies were
+    reset in the same step: ``obs`` holds the reset's rows, and ``finals[k]`` the copy's last
+    observation (a dict of its agents' rows, ``"obs"`` among them); ``infos[k]``: each agent's info
+    of the step (of the reset, for a copy ``finals`` names), ``final_infos[k]`` those of the last step;
+    ``restarted``: positions of copies a worker restart ended (every present agent truncated)."""
+
+    copy_ids: list[int]
+    obs: Any
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    present: np.ndarray
+    ended: list[int]
+    finals: dict[int, Any]
+    infos: list[list[dict[str, Any]]]
+    final_infos: dict[int, list[dict[str, Any]]]
+    restarted: frozenset[int]
+
+
+def _flat(value: Any, rows: int) -> Any:
+    """``(copies, agents, ...)`` leaves as ``(rows, ...)`` views."""
+    if isinstance(value, dict):
+        return {key: _flat(leaf, rows) for key, leaf in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_flat(leaf, rows) for leaf in value)
+    return value.reshape(rows, *value.shape[2:])
+
+
+def _agent_infos(info: dict[str, Any], num_agents: int) -> list[dict[str, Any]]:
+    agents = info.get("agents")
+    return [dict(one) for one in agents] if agents is not None else [{} for _ in range(num_agents)]
+
+
+def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool) -> Rows:
+    """The rows of ``batch`` (see :class:`Rows`)."""
+    a = len(plan.agents)
+    ids = batch.ids
+    rows = len(ids) * a
+    copies = batch.observations(copy)
+    rewards = copies["reward"].reshape(rows).copy()
+    terminated = copies["terminated"].reshape(rows).astype(bool)
+    truncated = copies["truncated"].reshape(rows).astype(bool)
+    present = copies["present"].reshape(rows).astype(bool)
+    infos = [_agent_infos(info, a) for info in batch.infos()]
+    ended = (batch.terminated | batch.truncated).nonzero()[0].tolist()
+    finals: dict[int, Any] = {}
+    final_infos: dict[int, list[dict[str, Any]]] = {}
+    restarted = frozenset(k for k, i in enumerate(ids) if i in batch.restarted) if batch.restarted else frozenset()
+    if ended and same_step:
+        for k, info in zip(ended, batch.infos([ids[k] for k in ended], "final")):
+            final = finals[k] = batch.final_observation(ids[k])
+            final_infos[k] = _agent_infos(info, a)
+            if k not in restarted:  # the last step's rewards and flags, with the reset's observations
+                span = slice(k * a, (k + 1) * a)
+                rewards[span] = final["reward"]
+                terminated[span] = final["terminated"].astype(bool)
+                truncated[span] = final["truncated"].astype(bool)
+    for k in restarted:  # the step was lost: every agent present in the last observation is truncated
+        last = finals[k] if k in finals else {"present": copies["present"][k]}
+        span = slice(k * a, (k + 1) * a)
+        rewards[span] = 0.0
+        terminated[span] = False
+        truncated[span] = np.asarray(last["present"], dtype=bool)
+    return Rows(
+        ids, _flat(copies["obs"], rows), rewards, terminated, truncated, present, ended, finals, infos,
+        final_infos, restarted,
+    )  # fmt: skip

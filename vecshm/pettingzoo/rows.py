@@ -1,0 +1,149 @@
+"""One copy of a PettingZoo ``ParallelEnv`` as one env of the engine, its agents as rows.
+
+In its worker, each copy runs as an :class:`AgentRows`: a Gymnasium env whose observation holds
+every agent's row, in ``possible_agents`` order: its observation, reward, flags, and whether the
+agent is present. A step's rows then travel in the shared segment as any observation does,
+written once by the worker and read in place by the parent, and nothing about the engine changes:
+a copy is one of its envs, so it steps as one, an async batch never splits it, and the engine
+resets it (SAME_STEP or NEXT_STEP, as the facade asks) once all of its agents are done, which
+:class:`AgentRows` reports as the copy's end.
+
+An agent absent from a step (dead, or not yet joined) has a zero row, reward 0, no flags, and
+``present`` False. The spaces are checked in the parent before any process starts
+(:func:`agent_spaces`): every agent must share one observation and one action space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from vecshm.shared.errors import SpaceMismatchError
+
+__all__ = ["AgentRows", "CopyOf", "agent_spaces", "ROW_FIELDS"]
+
+ROW_FIELDS = ("obs", "reward", "terminated", "truncated", "present")  # the keys of a copy's observation
+
+
+def agent_spaces(parallel_env: Any) -> tuple[list[str], gym.Space, gym.Space]:
+    """``parallel_env``'s agents (``possible_agents``), and the observation and action space they
+    share; a ``SpaceMismatchError`` naming two agents whose spaces differ (the rows of one array
+    need one space: SuperSuit's padding wrappers make them one)."""
+    agents = getattr(parallel_env, "possible_agents", None)
+    if not callable(getattr(parallel_env, "observation_space", None)) or agents is None:
+        raise TypeError(
+            f"expected a PettingZoo ParallelEnv (with possible_agents and observation_space(agent)), got "
+            f"{type(parallel_env).__name__}; an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel"
+        )
+    agents = list(agents)
+    if not agents:
+        raise ValueError("the ParallelEnv has no possible_agents: there would be no rows")
+    first = agents[0]
+    for kind, space_of, pad in (
+        ("observation", parallel_env.observation_space, "supersuit.pad_observations_v0"),
+        ("action", parallel_env.action_space, "supersuit.pad_action_space_v0"),
+    ):
+        space = space_of(first)
+        for agent in agents[1:]:
+            other = space_of(agent)
+            if other != space:
+                raise SpaceMismatchError(
+                    f"agents {first!r} and {agent!r} have different {kind} spaces ({space} and {other}): "
+                    f"every agent is a row of one array, so all need one {kind} space; wrap the env in {pad} "
+                    "(before vecshm.pettingzoo) to pad them to one"
+                )
+    return agents, parallel_env.observation_space(first), parallel_env.action_space(first)
+
+
+class CopyOf:
+    """An env factory for the engine: a fresh copy of one ``ParallelEnv`` (pickled once, here),
+    as :class:`AgentRows`. SuperSuit copies the env the same way, with cloudpickle."""
+
+    def __init__(self, parallel_env: Any) -> None:
+        self.blob = cloudpickle.dumps(parallel_env)
+
+    def __call__(self) -> AgentRows:
+        return AgentRows(cloudpickle.loads(self.blob))
+
+
+class AgentRows(gym.Env):
+    """A ``ParallelEnv`` whose observation is every agent's row (see the module)."""
+
+    def __init__(self, parallel_env: Any) -> None:
+        self.par_env = parallel_env
+        self.possible_agents, agent_obs, agent_act = agent_spaces(parallel_env)
+        n = len(self.possible_agents)
+        self.observation_space = spaces.Dict(
+            {
+                "obs": batch_space(agent_obs, n),
+                "reward": spaces.Box(-np.inf, np.inf, (n,), np.float32),
+                "terminated": spaces.MultiBinary(n),
+                "truncated": spaces.MultiBinary(n),
+                "present": spaces.MultiBinary(n),
+            }
+        )
+        self.action_space = batch_space(agent_act, n)
+        self.metadata = dict(getattr(parallel_env, "metadata", {}) or {})
+        self.render_mode = getattr(getattr(parallel_env, "unwrapped", parallel_env), "render_mode", None)
+        self._agent_obs = agent_obs
+        self._zero = next(iter(iterate(self.observation_space["obs"], create_empty_array(agent_obs, 1, np.zeros))))
+        # the rows are written into the same arrays each step: the worker copies them into the segment
+        self._rows = {key: create_empty_array(space, 1, np.zeros)[0] for key, space in self.observation_space.items()}
+        self._rows["obs"] = create_empty_array(agent_obs, n, np.zeros)
+        self._split_actions: Callable[[Any], list[Any]] = (
+            list if isinstance(self.action_space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary))
+            else lambda actions: list(iterate(self.action_space, actions))
+        )  # fmt: skip
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        observations, infos = self.par_env.reset(seed=seed, options=options)
+        rows = self._write(observations, {}, {}, {})
+        return rows, self._infos(infos)
+
+    def step(self, actions: Any) -> tuple[dict, float, bool, bool, dict]:
+        """Step the agents present on their rows of ``actions``; the copy ends once every agent the
+        step returned is terminated or truncated (SuperSuit's rule: an env with no agent left ends)."""
+        live = set(self.par_env.agents)
+        rows = self._split_actions(actions)
+        chosen = {agent: rows[i] for i, agent in enumerate(self.possible_agents) if agent in live}
+        observations, rewards, terminations, truncations, infos = self.par_env.step(chosen)
+        ended = np.fromiter(terminations.values(), bool, len(terminations))
+        cut = np.fromiter(truncations.values(), bool, len(truncations))
+        done = bool((ended | cut).all())
+        return self._write(observations, rewards, terminations, truncations), 0.0, done, False, self._infos(infos)
+
+    def _write(self, observations: dict, rewards: dict, terminations: dict, truncations: dict) -> dict[str, Any]:
+        """The rows of one step (or reset) in this env's arrays; absent agents' rows are zeros."""
+        rows, agents, zero = self._rows, self.possible_agents, self._zero
+        present = [agent in observations for agent in agents]
+        items = [observations[agent] if here else zero for agent, here in zip(agents, present)]
+        rows["obs"] = concatenate(self._agent_obs, items, rows["obs"])
+        rows["reward"][:] = [rewards.get(agent, 0) for agent in agents]
+        rows["terminated"][:] = [bool(terminations.get(agent, False)) for agent in agents]
+        rows["truncated"][:] = [bool(truncations.get(agent, False)) for agent in agents]
+        rows["present"][:] = present
+        return dict(rows)
+
+    def _infos(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """The copy's info: ``{"agents": [each agent's info]}``, or ``{}`` when every one is empty
+        (then nothing is pickled)."""
+        per_agent = [infos.get(agent, {}) for agent in self.possible_agents]
+        return {"agents": per_agent} if any(per_agent) else {}
+
+    def render(self) -> Any:
+        return self.par_env.render()
+
+    def close(self) -> None:
+        self.par_env.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """The ``ParallelEnv``'s attributes (``get_attr`` on a copy reads them)."""
+        if name.startswith("_") or name == "par_env":
+            raise AttributeError(name)
+        return getattr(self.par_env, name)

@@ -1,0 +1,257 @@
+"""``AgentVecEnv``: copies of a PettingZoo ``ParallelEnv`` as one SB3 ``VecEnv``, every agent a row.
+
+What SuperSuit's ``concat_vec_envs_v1(..., base_class="stable_baselines3")`` returns, with SB3's
+own conventions where SuperSuit's wrapper departs from them: ``TimeLimit.truncated`` on every row,
+``reset_infos`` at every automatic reset, ``indices`` honoured by the calls, ``seed()`` (and so
+``PPO(seed=...)``) seeding copy ``k`` with ``seed + k``. See docs/multiagent.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecshm.parent.core.inspection import RunProperties
+from vecshm.pettingzoo.copies import AgentPlan, Rows, plan_copies, read_rows, start_copies, to_copies
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.shared.protocol import AutoReset, CallOp
+from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.shm import SB3_CALLS
+
+__all__ = ["AgentVecEnv", "row_of"]
+
+
+def row_of(value: Any, a: int) -> Any:
+    """Row ``a`` of a batched observation (a dict or tuple of arrays, or an array), copied."""
+    if isinstance(value, dict):
+        return {key: row_of(leaf, a) for key, leaf in value.items()}
+    if isinstance(value, tuple):
+        return tuple(row_of(leaf, a) for leaf in value)
+    return np.array(value[a])
+
+
+class AgentVecEnv(RunProperties, VecEnv):
+    """SB3's ``VecEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a`` is
+    agent ``possible_agents[a]`` of copy ``k``.
+
+    :param parallel_env: a PettingZoo ``ParallelEnv`` (copied for each copy, with cloudpickle);
+        every agent must share one observation and one action space
+    :param num_copies: copies of the env
+    :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
+    :param copy: return copies of observations (lent from the segment, so no bytes move), else
+        views the next step overwrites
+    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
+    :param options: vecshm's options, as :class:`~vecshm.ShmVecEnv` takes them (``start_method``,
+        ``step_timeout``, ``cpu_affinity``, ``on_worker_failure``, ...)
+
+    ``present`` holds, after each step or reset, whether each row's agent is in the observations
+    returned (an absent agent's row is zeros, with reward 0); each row's info says it too.
+    """
+
+    def __init__(
+        self,
+        parallel_env: Any,
+        num_copies: int,
+        num_cpus: int = 0,
+        *,
+        copy: bool = True,
+        batch_size: int | None = None,
+        **options: Any,
+    ) -> None:
+        self.waiting = False
+        self.closed = True  # until the workers are up
+        plan: AgentPlan = plan_copies(parallel_env, num_copies)
+        self.agent_plan = plan
+        self._run = start_copies(parallel_env, plan, num_cpus, batch_size, AutoReset.SAME_STEP, options)
+        self.closed = False
+        self.copy = copy
+        self.num_agents = len(plan.agents)
+        self.possible_agents = plan.agents
+        self.present = np.ones(plan.num_rows, dtype=bool)
+        self._last_copies = 0  # copies the last recv returned: send's default
+        try:
+            super().__init__(plan.num_rows, plan.observation_space, plan.action_space)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- stepping ---------------------------------------------------------------------------------
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._check_idle("step_async")
+        self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        self._run.check_usable()
+        if not self.waiting:
+            raise NoAsyncCallError("step_wait() was called without a pending step_async()")
+        self.waiting = False
+        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, same_step=True)
+        return rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)
+
+    def _infos(self, rows: Rows) -> list[dict[str, Any]]:
+        """SB3's infos of ``rows``, as DummyVecEnv gives them for envs that are the rows: every
+        info has ``TimeLimit.truncated``; a done row has ``terminal_observation`` (its agent's last
+        observation, where it had one); a copy's automatic reset puts each agent's reset info in
+        ``reset_infos``."""
+        a = self.num_agents
+        self.present = rows.present
+        infos = [info for agents in rows.infos for info in agents]
+        first_row = [k * a for k in rows.copy_ids]  # each copy's first row among all rows
+        for k, agents in enumerate(rows.infos):
+            for j, info in enumerate(agents):
+                r = k * a + j
+                info["TimeLimit.truncated"] = bool(rows.truncated[r] and not rows.terminated[r])
+                info["present"] = bool(rows.present[r])
+        done = (rows.terminated | rows.truncated).nonzero()[0].tolist()
+        reset = set(rows.finals)
+        for r in done:
+            k, j = divmod(r, a)
+            if k in reset:
+                continue
+            infos[r]["terminal_observation"] = row_of(rows.obs, r)  # an agent done, its copy going on
+        for k in reset:
+            final, final_infos = rows.finals[k], rows.final_infos[k]
+            for j in range(a):
+                r = k * a + j
+                self.reset_infos[first_row[k] + j] = infos[r]
+                step_info = final_infos[j]
+                step_info["TimeLimit.truncated"] = bool(rows.truncated[r] and not rows.terminated[r])
+                step_info["present"] = bool(rows.present[r])
+                if final["present"][j]:
+                    step_info["terminal_observation"] = row_of(final["obs"], j)
+                if k in rows.restarted:
+                    step_info["worker_restarted"] = True
+                infos[r] = step_info
+        return infos
+
+    # -- async batches: whole copies --------------------------------------------------------------
+
+    def async_reset(self) -> None:
+        """Reset every copy without waiting; ``recv()`` returns the reset rows copy batch by copy batch."""
+        self._run.check_usable()
+        self._run.async_reset(self._reset_requests())
+        self._reset_seeds()
+        self._reset_options()
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step the copies ``env_ids`` (default: those the last ``recv`` returned) on ``actions``,
+        one row per agent of each, without waiting."""
+        self._run.check_usable()
+        copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
+        self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
+
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
+        """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
+        copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
+        self._run.check_usable()
+        batch = self._run.recv()
+        self._last_copies = len(batch.ids)
+        rows = read_rows(batch, self.agent_plan, self.copy, same_step=True)
+        infos = self._infos(rows)
+        return rows.obs, rows.rewards, rows.terminated, rows.truncated, infos, np.asarray(batch.env_ids)
+
+    def reset(self) -> VecEnvObs:
+        self._run.check_usable()
+        if self.waiting:
+            self.waiting = False
+            self._run.finish()
+        self._run.drain()
+        self._run.start_reset(self._reset_requests(), self.copy)
+        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, same_step=True)
+        self.present = rows.present
+        self.reset_infos = [info for agents in rows.infos for info in agents]
+        self._reset_seeds()
+        self._reset_options()
+        return rows.obs
+
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """Seed copy ``k`` with ``seed + k`` at the next reset (a random base seed when None),
+        however many processes host them; each row's entry is its copy's seed."""
+        if seed is None:
+            seed = int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32))
+        self._seeds = [seed + r // self.num_agents for r in range(self.num_envs)]
+        return self._seeds
+
+    def _reset_requests(self) -> list[dict[str, Any]]:
+        """Each copy's ``reset`` keywords: its first row's seed and options."""
+        firsts = range(0, self.num_envs, self.num_agents)
+        return [
+            {"seed": self._seeds[r], "options": self._options[r]} if self._options[r] else {"seed": self._seeds[r]}
+            for r in firsts
+        ]
+
+    # -- rare calls: on the copies hosting the rows ----------------------------------------------
+
+    def _copies(self, indices: VecEnvIndices) -> tuple[list[int], list[int]]:
+        """The rows of ``indices``, and the copies hosting them (each once)."""
+        rows = [int(r) % self.num_envs for r in self._get_indices(indices)]
+        return rows, sorted({r // self.num_agents for r in rows})
+
+    def _per_row(self, name: str, indices: VecEnvIndices, *args: Any, **kwargs: Any) -> list[Any]:
+        rows, copies = self._copies(indices)
+        op, call_args = SB3_CALLS[name](*args, **kwargs)
+        self._check_idle(name)
+        answers = dict(zip(copies, self._run.call(op, copies, *call_args)))
+        return [answers[r // self.num_agents] for r in rows]
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self._per_row("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._per_row("set_attr", indices, attr_name, value)
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return self._per_row("env_method", indices, method_name, *method_args, **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return self._per_row("env_is_wrapped", indices, wrapper_class)
+
+    def has_attr(self, attr_name: str) -> bool:
+        self._check_idle("has_attr")
+        return all(self._run.call(CallOp.HAS_ATTR, list(range(self.agent_plan.num_copies)), attr_name))
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """One image per copy (its agents share it)."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None for _ in range(self.agent_plan.num_copies)]
+        self._check_idle("get_images")
+        return self._run.call(CallOp.RENDER, list(range(self.agent_plan.num_copies)))
+
+    def _check_idle(self, name: str) -> None:
+        self._run.check_usable()
+        if self.waiting:
+            raise AlreadyPendingCallError(f"{name}() was called while a step is pending; call step_wait() first")
+        if self._run.in_flight:
+            raise AlreadyPendingCallError(
+                f"{name}() was called while copies sent with send() are in flight; recv() them first"
+            )
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.waiting = False
+        self._run.close()
+
+    def __repr__(self) -> str:
+        plan = getattr(self, "agent_plan", None)
+        if plan is None:
+            return f"{type(self).__name__}(<not started>)"
+        return (
+            f"{type(self).__name__}(copies={plan.num_copies}, agents={len(plan.agents)}, rows={plan.num_rows}, "
+            f"{'closed' if self.closed else 'open'})"
+        )

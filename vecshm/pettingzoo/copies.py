@@ -10,7 +10,10 @@ small fresh arrays.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,9 +22,10 @@ from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.pettingzoo.rows import CopyOf, agent_spaces
+from vecshm.shared.errors import WorkerDiedError, WorkerError, remote_errors
 from vecshm.shared.protocol import AutoReset
 
-__all__ = ["AgentPlan", "Rows", "plan_copies", "read_rows", "start_copies", "to_copies"]
+__all__ = ["AgentPlan", "Rows", "naming_copies", "plan_copies", "read_rows", "start_copies", "to_copies"]
 
 
 class AgentPlan(NamedTuple):
@@ -64,6 +68,21 @@ def start_copies(
     if options.get("start_method") is None:  # as SuperSuit's processes: multiprocessing's default, as AsyncVectorEnv
         options = {**options, "start_method": gymnasium_start_method(_user_frame(), fns)}
     return VecRun(fns, batch_size, autoreset=autoreset, **options)
+
+
+@contextlib.contextmanager
+def naming_copies() -> Iterator[None]:
+    """Errors of the engine (which calls a copy an env) that name copies: ``copy 1 raised ...``,
+    ``worker 1 (copies 2-3) was killed``."""
+    try:
+        yield
+    except WorkerError as error:
+        if error.record is None:
+            raise
+        raise remote_errors([e.record for e in error.errors or [error] if e.record is not None], "copy") from None
+    except WorkerDiedError as error:
+        message = re.sub(r"\((envs?) ", lambda m: "(copies " if m.group(1) == "envs" else "(copy ", str(error), count=1)
+        raise type(error)(message, error.env_indices, error.exitcode) from None
 
 
 def _user_frame() -> Any:
@@ -125,13 +144,13 @@ def _agent_infos(info: dict[str, Any], num_agents: int) -> list[dict[str, Any]]:
     return [dict(one) for one in agents] if agents is not None else [{} for _ in range(num_agents)]
 
 
-def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool) -> Rows:
-    """The rows of ``batch`` (see :class:`Rows`)."""
+def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool, reward_dtype: type = np.float64) -> Rows:
+    """The rows of ``batch`` (see :class:`Rows`), rewards in ``reward_dtype`` (SB3's float32, Gymnasium's float64)."""
     a = len(plan.agents)
     ids = batch.ids
     rows = len(ids) * a
     copies = batch.observations(copy)
-    rewards = copies["reward"].reshape(rows).copy()
+    rewards = copies["reward"].reshape(rows).astype(reward_dtype)
     terminated = copies["terminated"].reshape(rows).astype(bool)
     truncated = copies["truncated"].reshape(rows).astype(bool)
     present = copies["present"].reshape(rows).astype(bool)

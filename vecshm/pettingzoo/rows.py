@@ -82,7 +82,7 @@ class AgentRows(gym.Env):
         self.observation_space = spaces.Dict(
             {
                 "obs": batch_space(agent_obs, n),
-                "reward": spaces.Box(-np.inf, np.inf, (n,), np.float32),
+                "reward": spaces.Box(-np.inf, np.inf, (n,), np.float64),  # the SB3 facade casts, as DummyVecEnv
                 "terminated": spaces.MultiBinary(n),
                 "truncated": spaces.MultiBinary(n),
                 "present": spaces.MultiBinary(n),
@@ -112,11 +112,27 @@ class AgentRows(gym.Env):
         live = set(self.par_env.agents)
         rows = self._split_actions(actions)
         chosen = {agent: rows[i] for i, agent in enumerate(self.possible_agents) if agent in live}
-        observations, rewards, terminations, truncations, infos = self.par_env.step(chosen)
+        try:
+            observations, rewards, terminations, truncations, infos = self.par_env.step(chosen)
+        except Exception as error:
+            self._name_bad_actions(chosen, error)
+            raise
         ended = np.fromiter(terminations.values(), bool, len(terminations))
         cut = np.fromiter(truncations.values(), bool, len(truncations))
         done = bool((ended | cut).all())
         return self._write(observations, rewards, terminations, truncations), 0.0, done, False, self._infos(infos)
+
+    def _name_bad_actions(self, chosen: dict[str, Any], error: Exception) -> None:
+        """Raise an error naming the agents whose action lies outside their action space, if any
+        (the env's own ``error`` is its cause)."""
+        space = self.par_env.action_space
+        bad = [agent for agent, action in chosen.items() if not _contains(space(agent), action)]
+        if bad:
+            shown = ", ".join(f"agent {agent!r}: {chosen[agent]!r}" for agent in bad[:3])
+            raise ValueError(
+                f"actions outside their agent's action space {space(bad[0])} ({shown}); the env raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
 
     def _write(self, observations: dict, rewards: dict, terminations: dict, truncations: dict) -> dict[str, Any]:
         """The rows of one step (or reset) in this env's arrays; absent agents' rows are zeros."""
@@ -147,3 +163,10 @@ class AgentRows(gym.Env):
         if name.startswith("_") or name == "par_env":
             raise AttributeError(name)
         return getattr(self.par_env, name)
+
+
+def _contains(space: gym.Space, action: Any) -> bool:
+    try:
+        return bool(space.contains(action))
+    except Exception:
+        return False

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.core.inspection import RunProperties
-from vecshm.pettingzoo.copies import AgentPlan, Rows, plan_copies, read_rows, start_copies, to_copies
+from vecshm.pettingzoo.copies import AgentPlan, Rows, naming_copies, plan_copies, read_rows, start_copies, to_copies
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -66,7 +66,8 @@ class AgentVecEnv(RunProperties, VecEnv):
         self.closed = True  # until the workers are up
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
-        self._run = start_copies(parallel_env, plan, num_cpus, batch_size, AutoReset.SAME_STEP, options)
+        with naming_copies():
+            self._run = start_copies(parallel_env, plan, num_cpus, batch_size, AutoReset.SAME_STEP, options)
         self.closed = False
         self.copy = copy
         self.num_agents = len(plan.agents)
@@ -91,7 +92,9 @@ class AgentVecEnv(RunProperties, VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         self.waiting = False
-        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, same_step=True)
+        with naming_copies():
+            batch = self._run.finish()
+        rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         return rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)
 
     def _infos(self, rows: Rows) -> list[dict[str, Any]]:
@@ -99,35 +102,27 @@ class AgentVecEnv(RunProperties, VecEnv):
         info has ``TimeLimit.truncated``; a done row has ``terminal_observation`` (its agent's last
         observation, where it had one); a copy's automatic reset puts each agent's reset info in
         ``reset_infos``."""
-        a = self.num_agents
-        self.present = rows.present
+        a, terminated, truncated, present = self.num_agents, rows.terminated, rows.truncated, rows.present
+        self.present = present
         infos = [info for agents in rows.infos for info in agents]
-        first_row = [k * a for k in rows.copy_ids]  # each copy's first row among all rows
-        for k, agents in enumerate(rows.infos):
-            for j, info in enumerate(agents):
-                r = k * a + j
-                info["TimeLimit.truncated"] = bool(rows.truncated[r] and not rows.terminated[r])
-                info["present"] = bool(rows.present[r])
-        done = (rows.terminated | rows.truncated).nonzero()[0].tolist()
-        reset = set(rows.finals)
-        for r in done:
-            k, j = divmod(r, a)
-            if k in reset:
-                continue
-            infos[r]["terminal_observation"] = row_of(rows.obs, r)  # an agent done, its copy going on
-        for k in reset:
-            final, final_infos = rows.finals[k], rows.final_infos[k]
-            for j in range(a):
-                r = k * a + j
-                self.reset_infos[first_row[k] + j] = infos[r]
-                step_info = final_infos[j]
-                step_info["TimeLimit.truncated"] = bool(rows.truncated[r] and not rows.terminated[r])
-                step_info["present"] = bool(rows.present[r])
+        for k, final in rows.finals.items():  # copies reset in the step: their rows' infos are the last step's
+            first_row = rows.copy_ids[k] * a  # (among all rows: an async batch holds some copies)
+            for j, step_info in enumerate(rows.final_infos[k]):
+                self.reset_infos[first_row + j] = infos[k * a + j]
+                step_info["TimeLimit.truncated"] = bool(truncated[k * a + j] and not terminated[k * a + j])
                 if final["present"][j]:
                     step_info["terminal_observation"] = row_of(final["obs"], j)
-                if k in rows.restarted:
-                    step_info["worker_restarted"] = True
-                infos[r] = step_info
+                infos[k * a + j] = step_info
+        for r in (terminated | truncated).nonzero()[0].tolist():
+            if r // a not in rows.finals:  # an agent done, its copy going on: its row is its last observation
+                infos[r]["TimeLimit.truncated"] = bool(truncated[r] and not terminated[r])
+                infos[r]["terminal_observation"] = row_of(rows.obs, r)
+        for r, info in enumerate(infos):
+            info.setdefault("TimeLimit.truncated", False)
+            info["present"] = bool(present[r])
+        for k in rows.restarted:
+            for r in range(k * a, (k + 1) * a):
+                infos[r]["worker_restarted"] = True
         return infos
 
     # -- async batches: whole copies --------------------------------------------------------------
@@ -150,20 +145,29 @@ class AgentVecEnv(RunProperties, VecEnv):
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
         copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
         self._run.check_usable()
-        batch = self._run.recv()
+        with naming_copies():
+            batch = self._run.recv()
         self._last_copies = len(batch.ids)
-        rows = read_rows(batch, self.agent_plan, self.copy, same_step=True)
+        rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         infos = self._infos(rows)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, infos, np.asarray(batch.env_ids)
 
-    def reset(self) -> VecEnvObs:
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> VecEnvObs:
+        """SB3's ``reset()``; a ``seed`` or ``options`` given here are as ``seed()`` and ``set_options()``
+        before it (SuperSuit's wrapper takes them, and fails on the seed)."""
+        if seed is not None:
+            self.seed(seed)
+        if options is not None:
+            self.set_options(options)
         self._run.check_usable()
         if self.waiting:
             self.waiting = False
             self._run.finish()
         self._run.drain()
         self._run.start_reset(self._reset_requests(), self.copy)
-        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, same_step=True)
+        with naming_copies():
+            batch = self._run.finish()
+        rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         self.present = rows.present
         self.reset_infos = [info for agents in rows.infos for info in agents]
         self._reset_seeds()

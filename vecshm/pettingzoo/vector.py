@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecshm.parent.core.inspection import RunProperties
-from vecshm.pettingzoo.copies import AgentPlan, Rows, plan_copies, read_rows, start_copies, to_copies
+from vecshm.pettingzoo.copies import AgentPlan, Rows, naming_copies, plan_copies, read_rows, start_copies, to_copies
 from vecshm.pettingzoo.sb3 import row_of
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
@@ -62,7 +62,8 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
             raise ValueError(f"autoreset_mode must be SAME_STEP or NEXT_STEP, got {self.autoreset_mode}")
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
-        self._run = start_copies(parallel_env, plan, num_cpus, batch_size, MODES[self.autoreset_mode], options)
+        with naming_copies():
+            self._run = start_copies(parallel_env, plan, num_cpus, batch_size, MODES[self.autoreset_mode], options)
         self.closed = False
         self.copy = copy
         self.num_envs = plan.num_rows
@@ -88,7 +89,9 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         seeds = self._copy_seeds(seed)
         self._run.drain()
         self._run.start_reset([{"seed": s, "options": options} for s in seeds], self.copy)
-        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, same_step=False)
+        with naming_copies():
+            batch = self._run.finish()
+        rows = read_rows(batch, self.agent_plan, self.copy, same_step=False)
         return rows.obs, self._infos(rows)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -105,7 +108,9 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         if self._pending != "step":
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
         self._pending = ""
-        rows = read_rows(self._run.finish(), self.agent_plan, self.copy, self._same_step)
+        with naming_copies():
+            batch = self._run.finish()
+        rows = read_rows(batch, self.agent_plan, self.copy, self._same_step)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows)
 
     def _copy_seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
@@ -164,7 +169,8 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminations, truncations,
         infos, copy_ids)``, the rows of those copies in ``copy_ids`` order."""
         self._run.check_usable()
-        batch = self._run.recv()
+        with naming_copies():
+            batch = self._run.recv()
         self._last_copies = len(batch.ids)
         rows = read_rows(batch, self.agent_plan, self.copy, self._same_step)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows), np.asarray(batch.env_ids)
@@ -217,6 +223,12 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self.closed = True
         self._pending = ""
         self._run.close()
+
+    def __enter__(self) -> AgentVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

@@ -147,9 +147,9 @@ def _hybrid_class(exc_type: type | None) -> type[WorkerError]:
     return _HYBRIDS[exc_type]
 
 
-def remote_error(record: RemoteError) -> WorkerError:
+def remote_error(record: RemoteError, unit: str = "env") -> WorkerError:
     """The exception to raise in the caller for a worker-side failure."""
-    where = f"env {record.env_index}" if record.env_index is not None else "a worker"
+    where = f"{unit} {record.env_index}" if record.env_index is not None else "a worker"
     message = (
         f"{where} raised {record.type_name} during {record.command}: {record.message}\n\n"
         f"Worker traceback:\n{record.traceback}"
@@ -165,11 +165,12 @@ def remote_error(record: RemoteError) -> WorkerError:
     return error
 
 
-def remote_errors(records: list[RemoteError]) -> WorkerError:
+def remote_errors(records: list[RemoteError], unit: str = "env") -> WorkerError:
     """The exception to raise for several envs' failures in one command: the first env's, with
     every failure, in env order, in its ``errors`` (the Gymnasium facade logs and raises as
-    AsyncVectorEnv does from these)."""
-    errors = [remote_error(record) for record in sorted(records, key=lambda r: (r.env_index is None, r.env_index))]
+    AsyncVectorEnv does from these). ``unit``: what an env is called (the multi-agent facades' copies)."""
+    ordered = sorted(records, key=lambda r: (r.env_index is None, r.env_index))
+    errors = [remote_error(record, unit) for record in ordered]
     for error in errors:
         error.errors = errors
     return errors[0]

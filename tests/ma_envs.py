@@ -1,0 +1,111 @@
+"""PettingZoo parallel envs for the multi-agent tests: the real ones (small episodes), and one of
+our own whose agents die at random, join late, and whose episodes have random lengths."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+ParallelEnv = __import__("pettingzoo").ParallelEnv
+
+
+class RandomDeaths(ParallelEnv):
+    """``num_agents`` agents on 3-float observations and 3 actions. Each step, each agent dies with
+    probability 0.15; the last agent joins only at step 2; an episode is truncated after a random
+    length (3 to ``max_len``) or ends when every agent is gone. Deterministic for a seed."""
+
+    metadata = {"name": "random_deaths_v0", "is_parallelizable": True, "render_modes": []}
+
+    def __init__(self, num_agents: int = 4, max_len: int = 12, info: bool = True, join_late: bool = True) -> None:
+        self.join_late = join_late
+        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
+        self.agents: list[str] = []
+        self.max_len = max_len
+        self.with_info = info
+        self.render_mode = None
+        self._obs_space = spaces.Box(-10.0, 10.0, (3,), np.float32)
+        self._act_space = spaces.Discrete(3)
+
+    @functools.cache  # noqa: B019  (PettingZoo's own envs cache their spaces so)
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs_space
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act_space
+
+    def agent_count(self) -> int:
+        return len(self.agents)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        return self.rng.uniform(-1, 1, 3).astype(np.float32) + np.float32(self.possible_agents.index(agent))
+
+    def _info(self, agent: str) -> dict[str, Any]:
+        return {"t": self.t, "agent": agent} if self.with_info else {}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None or not hasattr(self, "rng"):  # (a reset without a seed goes on with the generator)
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        self.length = int(self.rng.integers(3, self.max_len + 1))
+        self.agents = self.possible_agents[:-1] if self.join_late else list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: self._info(a) for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self.t += 1
+        obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        for a in self.agents:
+            assert a in actions, f"no action for {a}"
+            if not 0 <= int(actions[a]) < 3:
+                raise ValueError(f"invalid action {actions[a]!r}")
+            obs[a] = self._obs(a)
+            rewards[a] = float(actions[a]) + float(self.rng.random())
+            terms[a] = bool(self.rng.random() < 0.15)
+            truncs[a] = self.t >= self.length
+            infos[a] = self._info(a)
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        if self.join_late and self.t == 2 and self.t < self.length:  # the last agent joins
+            late = self.possible_agents[-1]
+            self.agents.append(late)
+            obs[late], rewards[late], terms[late], truncs[late], infos[late] = self._obs(late), 0.0, False, False, {}
+        return obs, rewards, terms, truncs, infos
+
+
+class RaisesAtStep(RandomDeaths):
+    """Raises in ``step`` number ``at`` (counted over the env's life)."""
+
+    def __init__(self, at: int = 3) -> None:
+        super().__init__(info=False)
+        self.at, self.steps = at, 0
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self.steps += 1
+        if self.steps == self.at:
+            raise ValueError("this env fails on purpose")
+        return super().step(actions)
+
+
+class MixedSpaces(RandomDeaths):
+    """Its last agent observes 4 floats where the others observe 3."""
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        if agent == self.possible_agents[-1]:
+            return spaces.Box(-10.0, 10.0, (4,), np.float32)
+        return self._obs_space
+
+
+def real_envs() -> dict[str, Any]:
+    """Each real env the tests run, as a factory of a small-episode instance."""
+    import supersuit as ss
+    from mpe2 import simple_spread_v3
+    from pettingzoo.butterfly import cooperative_pong_v6, knights_archers_zombies_v11, pistonball_v6
+
+    return {
+        "pistonball": lambda: pistonball_v6.parallel_env(max_cycles=6),
+        "cooperative_pong": lambda: cooperative_pong_v6.parallel_env(max_cycles=10),
+        "kaz_black_death": lambda: ss.black_death_v3(knights_archers_zombies_v11.parallel_env(max_cycles=8)),
+        "simple_spread": lambda: simple_spread_v3.parallel_env(max_cycles=5),
+    }

@@ -22,7 +22,14 @@ MAX_ENGINE_METHODS = 12
 # what the facades once drove themselves: the run object (parent/core/run.py) owns them now
 RUN_PRIVATES = ("_engine", "_batches", "_ticket", "_outputs")
 ENGINE_PARTS = ("pool", "buffers", "slots", "ring", "reader", "actions", "balance", "waiter", "policy")
-FACADES = ("vec_env/shm.py", "vector/shm.py")
+FACADES = (
+    "vec_env/shm.py",
+    "vector/shm.py",
+    "pettingzoo/sb3.py",
+    "pettingzoo/vector.py",
+    "pettingzoo/copies.py",
+    "pettingzoo/__init__.py",
+)
 
 
 def _module_name(path: Path) -> str:

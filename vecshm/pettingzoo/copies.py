@@ -14,6 +14,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -87,7 +88,7 @@ def naming_copies() -> Iterator[None]:
 
 def _user_frame() -> Any:
     """The frame of the code that called into vecshm (whether its script can be imported by a worker)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").startswith("vecshm."):
         frame = frame.f_back
     return frame

@@ -94,8 +94,13 @@ class AgentRows(gym.Env):
         self._agent_obs = agent_obs
         self._zero = next(iter(iterate(self.observation_space["obs"], create_empty_array(agent_obs, 1, np.zeros))))
         # the rows are written into the same arrays each step: the worker copies them into the segment
-        self._rows = {key: create_empty_array(space, 1, np.zeros)[0] for key, space in self.observation_space.items()}
-        self._rows["obs"] = create_empty_array(agent_obs, n, np.zeros)
+        self._rows: dict[str, Any] = {
+            "obs": create_empty_array(agent_obs, n, np.zeros),
+            "present": np.zeros(n, np.int8),  # (MultiBinary's dtype)
+            "reward": np.zeros(n, np.float64),
+            "terminated": np.zeros(n, np.int8),
+            "truncated": np.zeros(n, np.int8),
+        }
         self._split_actions: Callable[[Any], list[Any]] = (
             list if isinstance(self.action_space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary))
             else lambda actions: list(iterate(self.action_space, actions))

@@ -15,13 +15,15 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from vecshm.bench.device import cuda_unavailable, device_systems
 from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
+from vecshm.bench.multiagent import MULTIAGENT_SYSTEMS, MULTIAGENT_WORKLOADS
 from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
-from vecshm.bench.systems import SYSTEMS, get_systems
-from vecshm.bench.workloads import WORKLOADS, get_workload
+from vecshm.bench.systems import SYSTEMS, System, get_systems
+from vecshm.bench.workloads import all_workloads, get_workload
 
 __all__ = ["main", "build_parser"]
 
@@ -33,14 +35,23 @@ def build_parser() -> argparse.ArgumentParser:
         "and EnvPool, in interleaved rounds on the same workload.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("-w", "--workload", nargs="+", default=["frames", "pong"], choices=list(WORKLOADS))
-    parser.add_argument("-n", "--n-envs", nargs="+", type=int, default=[8], help="sweep, e.g. 1 2 4 8 16 32 64")
+    parser.add_argument("-w", "--workload", nargs="+", default=["frames", "pong"], choices=list(all_workloads()))
+    parser.add_argument(
+        "-n",
+        "--n-envs",
+        nargs="+",
+        type=int,
+        default=None,
+        help="sweep, e.g. 1 2 4 8 16 32 64 (default: 8 envs; the multi-agent workloads: pistonball 4 copies, "
+        "simple_spread 8)",
+    )
     parser.add_argument(
         "-s",
         "--systems",
         nargs="+",
         default=None,
-        help=f"'all', or names (substrings match) among: {'; '.join(SYSTEMS)}",
+        help=f"'all', or names (substrings match) among: {'; '.join(SYSTEMS)}; for the multi-agent workloads: "
+        f"{'; '.join(MULTIAGENT_SYSTEMS)}",
     )
     parser.add_argument("-r", "--rounds", type=int, default=5, help="interleaved rounds per case")
     parser.add_argument("--seconds", type=float, default=1.0, help="measurement time per system per round")
@@ -83,6 +94,17 @@ def floor_figures(frame_bytes: int) -> dict[str, str]:
     return figures
 
 
+def systems_for(workload: Any, single_agent: list[System], names: list[str] | None) -> list[System]:
+    """The systems measured on ``workload``: ``single_agent`` (chosen already), or for a multi-agent
+    one, those ``names`` choose among the multi-agent systems (all the defaults where none match)."""
+    if workload not in MULTIAGENT_WORKLOADS.values():
+        return single_agent
+    try:
+        return get_systems(names, MULTIAGENT_SYSTEMS)
+    except ValueError:
+        return get_systems(None, MULTIAGENT_SYSTEMS)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.device is not None:
@@ -106,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 print(f"skipping workload {name}: {reason}", file=sys.stderr)
                 continue
-            for n_envs in args.n_envs:
+            for n_envs in args.n_envs or [workload.default_n]:
                 update(f"{name}, {n_envs} envs")
                 prefix = f"{name} x{n_envs} | "
                 cases.append(
                     run_case(
                         workload,
                         n_envs,
-                        systems,
+                        systems_for(workload, systems, args.systems),
                         args.rounds,
                         args.seconds,
                         ideal=workload.cpu_bound and not args.no_ideal,
@@ -122,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if not args.no_floor:
             update("floor figures")
-            floor = floor_figures(max(args.n_envs) * 210 * 160 * 3)
+            floor = floor_figures(max(args.n_envs or [8]) * 210 * 160 * 3)
     finally:
         stop()
     text = markdown(cases, info, floor)

@@ -12,7 +12,6 @@ import numpy as np
 
 from vecshm.about import OPTIONAL_PACKAGES, REQUIRED_PACKAGES, installed_versions
 from vecshm.bench.runner import IDEAL, Case
-from vecshm.bench.systems import BASELINE
 from vecshm.shared.affinity import usable_cores
 
 __all__ = ["machine_info", "markdown", "to_json", "plot"]
@@ -48,9 +47,9 @@ def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | No
         rounds = len(next(iter(case.rounds.values()), []))
         share_header, share_rule = (" % of ideal |", "---:|") if ideal else ("", "")
         lines += [
-            f"### {case.workload}, {case.n_envs} envs ({rounds} interleaved rounds)",
+            f"### {case.workload}, {case.n_envs} {case.unit} ({rounds} interleaved rounds)",
             "",
-            f"| system | env-steps/s (median) | min | max | x {BASELINE} |{share_header}",
+            f"| system | env-steps/s (median) | min | max | x {case.baseline} |{share_header}",
             f"|---|---:|---:|---:|---:|{share_rule}",
         ]
         for name, values in case.rounds.items():
@@ -114,7 +113,8 @@ def plot(cases: list[Case], path: str) -> str | None:
 
 def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
     """One panel per workload (each on its own scale): every system's median ratio to the baseline."""
-    names = [name for name in dict.fromkeys(n for c in cases for n in c.rounds) if name not in (IDEAL, BASELINE)]
+    baselines = {IDEAL, *(c.baseline for c in cases)}
+    names = [name for name in dict.fromkeys(n for c in cases for n in c.rounds) if name not in baselines]
     colors = {name: plt.get_cmap("tab10")(k % 10) for k, name in enumerate(names)}
     fig, axes = plt.subplots(len(cases), 1, figsize=(9, 0.9 + 0.42 * len(names) * len(cases)), squeeze=False)
     for ax, case in zip(axes[:, 0], cases):
@@ -127,10 +127,10 @@ def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=1)
         ax.set_xlim(0, max([value for _, value in shown] + [1.0]) * 1.15)
-        ax.set_title(f"{case.workload}, {case.n_envs} envs", fontsize=10)
+        ax.set_title(f"{case.workload}, {case.n_envs} {case.unit} (x {case.baseline})", fontsize=10)
         ax.grid(True, axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel(f"env-steps/s relative to {BASELINE} (1.0 = the same; higher is faster)")
-    fig.suptitle("How much faster than SubprocVecEnv, for envs like these")
+    axes[-1, 0].set_xlabel("env-steps/s relative to each panel's baseline (1.0 = the same; higher is faster)")
+    fig.suptitle("How much faster than what users run now, for envs like these")
     return fig
 
 

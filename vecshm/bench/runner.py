@@ -28,9 +28,12 @@ class Case:
     n_envs: int
     rounds: dict[str, list[float]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    baseline: str = BASELINE  # what ratios divide by (the multi-agent workloads: SuperSuit)
+    unit: str = "envs"  # what n_envs counts (the multi-agent workloads: copies of the env, each a row per agent)
 
-    def ratios(self, name: str, baseline: str = BASELINE) -> list[float]:
-        """Round-by-round ratio of ``name`` to ``baseline`` (same round, same machine state)."""
+    def ratios(self, name: str, baseline: str | None = None) -> list[float]:
+        """Round-by-round ratio of ``name`` to ``baseline`` (default: the case's; same round, same machine state)."""
+        baseline = self.baseline if baseline is None else baseline
         if baseline not in self.rounds or name not in self.rounds:
             return []
         return [a / b for a, b in zip(self.rounds[name], self.rounds[baseline]) if b > 0]
@@ -49,40 +52,36 @@ def measure_rate(stepper: Stepper, actions: list[np.ndarray], n_envs: int, secon
             return steps * n_envs / elapsed
 
 
-def _ideal_worker(workload: Workload, actions: list[Any], commands: Any, results: Any) -> None:
-    env = workload.factory()()
-    env.reset(seed=0)
+def _ideal_worker(workload: Workload, n_local: int, commands: Any, results: Any) -> None:
+    step = workload.ideal_steps(n_local)
     results.put(READY)
     while True:
         seconds = commands.get()
         if seconds is None:
             break
-        steps = 0
+        k = done = 0
         start = time.perf_counter()
         while True:
-            _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
-            steps += 1
-            if terminated or truncated:
-                env.reset()
+            done += step(k)
+            k += 1
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
                 break
-        results.put(steps / elapsed)
-    env.close()
+        results.put(done / elapsed)
 
 
 class IdealPool:
-    """min(n_envs, cores) processes, each stepping its own env in a plain loop, no vectorizer."""
+    """min(n_envs, cores) processes, each stepping its share of the envs in a plain loop, no vectorizer."""
 
     def __init__(self, workload: Workload, n_envs: int) -> None:
         context = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
         self.size = max(1, min(n_envs, len(usable_cores())))
-        single = [a[0] for a in workload.actions(1)]
+        shares = [len(range(p, n_envs, self.size)) for p in range(self.size)]
         self.commands = [context.Queue() for _ in range(self.size)]
         self.results = context.Queue()
         self.processes = [
-            context.Process(target=_ideal_worker, args=(workload, single, q, self.results), daemon=True)
-            for q in self.commands
+            context.Process(target=_ideal_worker, args=(workload, share, q, self.results), daemon=True)
+            for share, q in zip(shares, self.commands)
         ]
         for process in self.processes:
             process.start()
@@ -116,7 +115,7 @@ def run_case(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Case:
     """Build every system once, then measure them in interleaved rounds (A B C A B C ...)."""
-    case = Case(workload.name, n_envs)
+    case = Case(workload.name, n_envs, baseline=workload.baseline, unit=getattr(workload, "unit", "envs"))
     actions = workload.actions(n_envs)
     built: dict[str, Any] = {}
     try:

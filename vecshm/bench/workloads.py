@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["Workload", "WORKLOADS", "get_workload"]
+__all__ = ["Workload", "WORKLOADS", "all_workloads", "get_workload"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Workload:
     kwargs: tuple[tuple[str, object], ...] = ()
     atari: bool = False
     cpu_bound: bool = False
+    default_n: int = 8  # envs, unless -n says otherwise
+    baseline: str = "SB3 SubprocVecEnv"  # what the table's ratios divide by
 
     def factory(self) -> Callable[[], gym.Env]:
         return functools.partial(_make, self.env_id, dict(self.kwargs), self.atari)
@@ -43,6 +46,22 @@ class Workload:
         except ImportError:
             return "ale-py is not installed (pip install 'vecshm[atari]')"
         return None
+
+    def ideal_steps(self, n_local: int) -> Callable[[int], int]:
+        """The ideal's loop body in one process: step one env on the ``k``-th action of the cycle
+        (resetting it when its episode ends); each call returns the env-steps it did (1). One env
+        per process whatever ``n_local``: a CPU-bound env's rate does not depend on it."""
+        env = self.factory()()
+        env.reset(seed=0)
+        single = [a[0] for a in self.actions(1)]
+
+        def step(k: int) -> int:
+            _, _, terminated, truncated, _ = env.step(single[k % len(single)])
+            if terminated or truncated:
+                env.reset()
+            return 1
+
+        return step
 
     def actions(self, n_envs: int, count: int = 64, seed: int = 0) -> list[np.ndarray]:
         """A fixed cycle of action batches, the same for every system."""
@@ -94,8 +113,16 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def get_workload(name: str) -> Workload:
+def all_workloads() -> dict[str, Any]:
+    """Every workload by name: the single-agent ones, then the multi-agent ones (:mod:`vecshm.bench.multiagent`)."""
+    from vecshm.bench.multiagent import MULTIAGENT_WORKLOADS
+
+    return {**WORKLOADS, **MULTIAGENT_WORKLOADS}
+
+
+def get_workload(name: str) -> Any:
+    table = all_workloads()
     try:
-        return WORKLOADS[name]
+        return table[name]
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None
+        raise ValueError(f"unknown workload {name!r}; choose from {', '.join(table)}") from None

@@ -26,7 +26,7 @@ from vecshm.pettingzoo.rows import CopyOf, agent_spaces
 from vecshm.shared.errors import WorkerDiedError, WorkerError, remote_errors
 from vecshm.shared.protocol import AutoReset
 
-__all__ = ["AgentPlan", "Rows", "naming_copies", "plan_copies", "read_rows", "start_copies", "to_copies"]
+__all__ = ["AgentPlan", "Rows", "describe", "naming_copies", "plan_copies", "read_rows", "start_copies", "to_copies"]
 
 
 class AgentPlan(NamedTuple):
@@ -69,6 +69,15 @@ def start_copies(
     if options.get("start_method") is None:  # as SuperSuit's processes: multiprocessing's default, as AsyncVectorEnv
         options = {**options, "start_method": gymnasium_start_method(_user_frame(), fns)}
     return VecRun(fns, batch_size, autoreset=autoreset, **options)
+
+
+def describe(venv: Any) -> str:
+    """A multi-agent vec env's ``repr``: its copies, agents and rows, and whether it is open."""
+    plan = getattr(venv, "agent_plan", None)
+    if plan is None:
+        return f"{type(venv).__name__}(<not started>)"
+    state = "closed" if venv.closed else "open"
+    return f"{type(venv).__name__}(copies={plan.num_copies}, agents={len(plan.agents)}, rows={plan.num_rows}, {state})"
 
 
 @contextlib.contextmanager

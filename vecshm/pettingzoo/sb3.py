@@ -16,7 +16,16 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.core.inspection import RunProperties
-from vecshm.pettingzoo.copies import AgentPlan, Rows, naming_copies, plan_copies, read_rows, start_copies, to_copies
+from vecshm.pettingzoo.copies import (
+    AgentPlan,
+    Rows,
+    describe,
+    naming_copies,
+    plan_copies,
+    read_rows,
+    start_copies,
+    to_copies,
+)
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
@@ -252,10 +261,4 @@ class AgentVecEnv(RunProperties, VecEnv):
         self._run.close()
 
     def __repr__(self) -> str:
-        plan = getattr(self, "agent_plan", None)
-        if plan is None:
-            return f"{type(self).__name__}(<not started>)"
-        return (
-            f"{type(self).__name__}(copies={plan.num_copies}, agents={len(plan.agents)}, rows={plan.num_rows}, "
-            f"{'closed' if self.closed else 'open'})"
-        )
+        return describe(self)

@@ -16,7 +16,16 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecshm.parent.core.inspection import RunProperties
-from vecshm.pettingzoo.copies import AgentPlan, Rows, naming_copies, plan_copies, read_rows, start_copies, to_copies
+from vecshm.pettingzoo.copies import (
+    AgentPlan,
+    Rows,
+    describe,
+    naming_copies,
+    plan_copies,
+    read_rows,
+    start_copies,
+    to_copies,
+)
 from vecshm.pettingzoo.sb3 import row_of
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
@@ -235,10 +244,4 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
             self.close()
 
     def __repr__(self) -> str:
-        plan = getattr(self, "agent_plan", None)
-        if plan is None:
-            return f"{type(self).__name__}(<not started>)"
-        return (
-            f"{type(self).__name__}(copies={plan.num_copies}, agents={len(plan.agents)}, rows={plan.num_rows}, "
-            f"{'closed' if self.closed else 'open'})"
-        )
+        return describe(self)

@@ -28,6 +28,9 @@ BLOCKS = [
 def test_documented_example_runs(code, tmp_path):
     if "stable_baselines3" in code:
         pytest.importorskip("stable_baselines3")
+    for module in ("pettingzoo", "supersuit", "mpe2"):
+        if module in code:
+            pytest.importorskip(module)
     if "ray.rllib" in code:  # RLlib pins its Gymnasium: make test runs these in .venv-rllib
         pytest.importorskip("ray.rllib.algorithms.ppo", exc_type=ImportError)
     elif "import ray" in code:
@@ -45,11 +48,13 @@ def test_documented_example_runs(code, tmp_path):
 def test_example_scripts_run(script, tmp_path):
     """The scripts in examples/ (the docs point to them) run, at their smallest sizes."""
     pytest.importorskip("stable_baselines3")
-    pytest.importorskip("ale_py")
+    for module in ("supersuit", "pymunk") if script.name == "pistonball_ppo.py" else ("ale_py",):
+        pytest.importorskip(module)
     cpu = ["--device", "cpu", "--backend", "vecshm", "--n-envs", "4", "--batch", "2"]
     small = {
         "ppo_pinned_atari.py": ["--n-envs", "2", "--timesteps", "256"],
         "acting_loop.py": [*cpu, "--seconds", "0.5", "--rounds", "1"],
+        "pistonball_ppo.py": ["--copies", "2", "--num-cpus", "2", "--timesteps", "64", "--n-steps", "16", "--batch-size", "64"],
         "cleanrl_ppo_atari.py": [*cpu, "--num-steps", "8", "--total-timesteps", "96", "--update-epochs", "1"],
     }[script.name]
     result = subprocess.run(

@@ -54,7 +54,18 @@ def test_example_scripts_run(script, tmp_path):
     small = {
         "ppo_pinned_atari.py": ["--n-envs", "2", "--timesteps", "256"],
         "acting_loop.py": [*cpu, "--seconds", "0.5", "--rounds", "1"],
-        "pistonball_ppo.py": ["--copies", "2", "--num-cpus", "2", "--timesteps", "64", "--n-steps", "16", "--batch-size", "64"],
+        "pistonball_ppo.py": [
+            "--copies",
+            "2",
+            "--num-cpus",
+            "2",
+            "--timesteps",
+            "64",
+            "--n-steps",
+            "16",
+            "--batch-size",
+            "64",
+        ],
         "cleanrl_ppo_atari.py": [*cpu, "--num-steps", "8", "--total-timesteps", "96", "--update-epochs", "1"],
     }[script.name]
     result = subprocess.run(

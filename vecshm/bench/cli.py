@@ -19,11 +19,11 @@ from typing import Any
 
 from vecshm.bench.device import cuda_unavailable, device_systems
 from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
-from vecshm.bench.multiagent import MULTIAGENT_SYSTEMS, MULTIAGENT_WORKLOADS
+from vecshm.bench.multiagent import ALL_WORKLOADS, MULTIAGENT_SYSTEMS, MULTIAGENT_WORKLOADS
 from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
 from vecshm.bench.systems import SYSTEMS, System, get_systems
-from vecshm.bench.workloads import all_workloads, get_workload
+from vecshm.bench.workloads import get_workload
 
 __all__ = ["main", "build_parser"]
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and EnvPool, in interleaved rounds on the same workload.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("-w", "--workload", nargs="+", default=["frames", "pong"], choices=list(all_workloads()))
+    parser.add_argument("-w", "--workload", nargs="+", default=["frames", "pong"], choices=list(ALL_WORKLOADS))
     parser.add_argument(
         "-n",
         "--n-envs",
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = None
     try:
         for name in args.workload:
-            workload = get_workload(name)
+            workload = get_workload(name, ALL_WORKLOADS)
             reason = workload.available()
             if reason:
                 print(f"skipping workload {name}: {reason}", file=sys.stderr)

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from vecshm.bench.systems import Stepper, System
+from vecshm.bench.workloads import WORKLOADS
 
-__all__ = ["MultiAgentWorkload", "MULTIAGENT_SYSTEMS", "MULTIAGENT_WORKLOADS", "SUPERSUIT_PROCESSES"]
+__all__ = ["ALL_WORKLOADS", "MultiAgentWorkload", "MULTIAGENT_SYSTEMS", "MULTIAGENT_WORKLOADS", "SUPERSUIT_PROCESSES"]
 
 SUPERSUIT_PROCESSES = "SuperSuit (num_cpus=cores)"
 
@@ -134,3 +135,5 @@ MULTIAGENT_WORKLOADS: dict[str, MultiAgentWorkload] = {
         ),
     ]
 }
+
+ALL_WORKLOADS: dict[str, Any] = {**WORKLOADS, **MULTIAGENT_WORKLOADS}  # what the bench's -w chooses from

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["Workload", "WORKLOADS", "all_workloads", "get_workload"]
+__all__ = ["Workload", "WORKLOADS", "get_workload"]
 
 
 @dataclass(frozen=True)
@@ -113,15 +113,9 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
-def all_workloads() -> dict[str, Any]:
-    """Every workload by name: the single-agent ones, then the multi-agent ones (:mod:`vecshm.bench.multiagent`)."""
-    from vecshm.bench.multiagent import MULTIAGENT_WORKLOADS
-
-    return {**WORKLOADS, **MULTIAGENT_WORKLOADS}
-
-
-def get_workload(name: str) -> Any:
-    table = all_workloads()
+def get_workload(name: str, table: dict[str, Any] | None = None) -> Any:
+    """The workload ``name`` in ``table`` (default: the single-agent ones)."""
+    table = WORKLOADS if table is None else table
     try:
         return table[name]
     except KeyError:

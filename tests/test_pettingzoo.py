@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import assert_tree_equal, sample_actions
+from conftest import assert_tree_equal, sample_actions, shm_entries, shm_entries_left, wait_gone
 
 pytest.importorskip("pettingzoo")
 ss = pytest.importorskip("supersuit")
@@ -419,3 +421,49 @@ def test_a_dead_worker_names_its_copies_and_restart_truncates_all_their_agents(n
             assert all(dones[8:]) and all(infos[r]["TimeLimit.truncated"] for r in restarted)
             assert not rewards[8:].any()
             obs, rewards, dones, infos = venv.step(np.zeros(16, np.int64))  # and it goes on
+
+
+def test_device_is_refused_with_the_way_to_a_gpu_named(no_leaks):
+    with pytest.raises(ValueError, match="pin_memory=True"):
+        AgentVecEnv(RandomDeaths(), 2, 2, device="cpu")
+
+
+@pytest.mark.parametrize("cls", [AgentVecEnv, AgentVectorEnv])
+def test_on_the_portable_transport_and_pinned_cores(cls, monkeypatch, no_leaks):
+    """The portable transport (macOS, Windows) and pinned workers run the rows as the native one does."""
+    monkeypatch.setenv("VECSHM_TRANSPORT", "portable")
+    env = RandomDeaths(info=False)
+    reference = env_rows_reference(env, 2, 4, [np.ones(8, np.int64)] * 6)
+    with cls(env, 2, 2, start_method="fork", cpu_affinity="auto") as venv:
+        assert venv.runtime.transport == "portable"
+        obs = venv.reset(seed=4) if cls is AgentVecEnv else venv.reset(seed=4)[0]
+        assert_tree_equal(obs, reference[0][0])
+        for t in range(6):
+            assert_tree_equal(venv.step(np.ones(8, np.int64))[0], reference[t + 1][0], f"step {t}")
+
+
+KILLED_PARENT_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from ma_envs import RandomDeaths
+from vecshm.pettingzoo import concat_vec_envs_v1
+
+if __name__ == "__main__":
+    venv = concat_vec_envs_v1(RandomDeaths(), 4, num_cpus=2, base_class="stable_baselines3")
+    venv.reset()
+    print(" ".join(str(p.pid) for p in venv.processes), flush=True)
+    time.sleep(600)  # killed here
+"""
+
+
+@pytest.mark.timeout(180)
+def test_nothing_outlives_a_killed_parent():
+    before = shm_entries()
+    script = KILLED_PARENT_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = parent.stdout.readline()
+    assert line.strip(), parent.stderr.read()
+    parent.kill()
+    parent.wait()
+    assert wait_gone([int(p) for p in line.split()], 20) == []
+    assert shm_entries_left(before) == set()

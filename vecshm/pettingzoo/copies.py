@@ -63,6 +63,11 @@ def start_copies(
     (0: vecshm's default plan); ``batch_size``: copies per async batch."""
     if not isinstance(num_cpus, (int, np.integer)) or num_cpus < 0:
         raise ValueError(f"num_cpus must be an int >= 0 (0: vecshm's default plan), got {num_cpus!r}")
+    if options.get("device") is not None:
+        raise ValueError(
+            "device= is not supported by vecshm.pettingzoo: its rows come as numpy arrays; pass "
+            "pin_memory=True for fast copies to a GPU (torch.as_tensor(obs).to('cuda'), or SB3's obs_as_tensor)"
+        )
     if num_cpus and options.get("envs_per_worker") is None:
         options = {**options, "envs_per_worker": -(-plan.num_copies // min(int(num_cpus), plan.num_copies))}
     fns = [CopyOf(parallel_env)] * plan.num_copies

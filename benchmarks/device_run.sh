@@ -8,11 +8,15 @@
 #   source .device-site/env.sh; bash benchmarks/device_run.sh frames   # zero-compute frames, 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh parent   # the balance (vecshm.balance), wake-ups, at 64 envs
 #   source .device-site/env.sh; bash benchmarks/device_run.sh train    # SB3 PPO Atari, GPU learner, 16 envs
+#   source .device-site/env.sh; bash benchmarks/device_run.sh pong-ab   # Pong, 64 envs: the tree in before/ then this one
+#   source .device-site/env.sh; bash benchmarks/device_run.sh multiagent  # Pistonball x16, simple_spread x64, vs SuperSuit
+#     (multiagent needs benchmarks/device_multiagent_site.sh run here after prepare.sh; pong-ab a before/
+#      folder holding an older vecshm/, e.g. git archive <commit> vecshm | tar -x -C before, carried too)
 #     (no OpenCV there: the stage uses the Pillow stand-in in benchmarks/device_cv2/ where cv2 is missing)
 # Results go under $OUT (the device tool brings that folder back), one folder per stage, with the
 # commit and the machine noted beside them.
 set -euo pipefail
-stage=${1:?stage: pong, probe, frames, parent or train}
+stage=${1:?stage: pong, probe, frames, parent, train, pong-ab or multiagent}
 out=${OUT:-device-results}/$stage
 mkdir -p "$out"
 {
@@ -44,7 +48,15 @@ train)  # end to end, the learner on the GPU, reported with the time split
     fi
     python3 -m vecshm.bench.train -n 16 -t 16384 -r 2 -s "vecshm ShmVecEnv" "SB3 SubprocVecEnv" \
         | tee "$out/train.txt" ;;
+pong-ab)  # a hot-path change at 16 cores: the same bench on the older tree (before/), then on this one
+    pong_rows=("vecshm ShmVecEnv" "ShmVectorEnv async" "EnvPool async (batch n/2)")
+    PYTHONPATH=$PWD/before:$PYTHONPATH python3 -m vecshm.bench -w pong -n 64 -s "${pong_rows[@]}" -r 3 --seconds 2 \
+        --no-floor -q -o "$out/before"
+    python3 -m vecshm.bench -w pong -n 64 -s "${pong_rows[@]}" -r 3 --seconds 2 --no-floor -q -o "$out/after" ;;
+multiagent)  # PettingZoo's envs as rows at 16 cores: vecshm against SuperSuit in one process and on 16
+    python3 -m vecshm.bench -w pistonball -n 16 -r 3 --seconds 2 --no-floor -q -o "$out/pistonball"
+    python3 -m vecshm.bench -w simple_spread -n 64 -r 3 --seconds 1 --no-floor -q -o "$out/simple_spread" ;;
 *)
-    echo "unknown stage $stage (pong, probe, frames, parent, train)" >&2
+    echo "unknown stage $stage (pong, probe, frames, parent, train, pong-ab, multiagent)" >&2
     exit 2 ;;
 esac

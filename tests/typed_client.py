@@ -92,3 +92,19 @@ def async_batches() -> list[int]:
 def inspection() -> str:
     cores = topology(8)
     return f"{vecshm.__version__}: {cores.logical_cores} cores"
+
+
+def multi_agent(parallel_env: Any) -> int:
+    """SuperSuit's users: agents as rows, the drop-in functions and the SB3 class."""
+    from vecshm.pettingzoo import AgentVecEnv, concat_vec_envs_v1, pettingzoo_env_to_vec_env_v1
+
+    venv = concat_vec_envs_v1(pettingzoo_env_to_vec_env_v1(parallel_env), 2, num_cpus=2, base_class="stable_baselines3")
+    assert isinstance(venv, AgentVecEnv)
+    try:
+        venv.seed(0)
+        venv.reset()
+        obs, rewards, dones, infos = venv.step(np.zeros(venv.num_envs, dtype=np.int64))
+        present: np.ndarray = venv.present
+        return int(present.sum()) + len(infos)
+    finally:
+        venv.close()

@@ -25,6 +25,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from vecshm.shared.errors import SpaceMismatchError
+from vecshm.shared.layout import RowItems
 
 __all__ = ["AgentRows", "CopyOf", "agent_spaces", "ROW_FIELDS"]
 
@@ -92,6 +93,7 @@ class AgentRows(gym.Env):
         self.metadata = dict(getattr(parallel_env, "metadata", {}) or {})
         self.render_mode = getattr(getattr(parallel_env, "unwrapped", parallel_env), "render_mode", None)
         self._agent_obs = agent_obs
+        self._by_row = isinstance(agent_obs, spaces.Box)  # one array per agent: written row by row
         self._zero = next(iter(iterate(self.observation_space["obs"], create_empty_array(agent_obs, 1, np.zeros))))
         # the rows are written into the same arrays each step: the worker copies them into the segment
         self._rows: dict[str, Any] = {
@@ -144,7 +146,10 @@ class AgentRows(gym.Env):
         rows, agents, zero = self._rows, self.possible_agents, self._zero
         present = [agent in observations for agent in agents]
         items = [observations[agent] if here else zero for agent, here in zip(agents, present)]
-        rows["obs"] = concatenate(self._agent_obs, items, rows["obs"])
+        if self._by_row:  # each agent's array goes straight into the segment (see RowItems)
+            rows["obs"] = RowItems(items)
+        else:
+            rows["obs"] = concatenate(self._agent_obs, items, rows["obs"])
         rows["reward"][:] = [rewards.get(agent, 0) for agent in agents]
         rows["terminated"][:] = [bool(terminations.get(agent, False)) for agent in agents]
         rows["truncated"][:] = [bool(truncations.get(agent, False)) for agent in agents]

@@ -22,7 +22,17 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["Leaf", "leaves", "flatten", "assemble", "merge_leaves", "tree_map", "check_leaf_value"]
+__all__ = [
+    "Leaf",
+    "RowItems",
+    "leaves",
+    "flatten",
+    "assemble",
+    "merge_leaves",
+    "tree_map",
+    "check_leaf_value",
+    "write_leaf",
+]
 
 
 @dataclass(frozen=True)
@@ -150,3 +160,31 @@ def check_leaf_value(leaf: Leaf, value: Any) -> np.ndarray:
     if array.dtype != leaf.dtype and not np.can_cast(array.dtype, leaf.dtype, casting="same_kind"):
         raise ValueError(f"value at {leaf.name} has dtype {array.dtype}, which does not fit the declared {leaf.dtype}")
     return array
+
+
+class RowItems(list):
+    """A leaf's value given row by row: one array per index of the leaf's first axis (the agents
+    of a PettingZoo env's copy, :mod:`vecshm.pettingzoo.rows`). The worker writes each item into the
+    segment where it belongs, so the rows are never stacked into an array of their own first."""
+
+
+def write_leaf(leaf: Leaf, array: np.ndarray, row: int, value: Any) -> None:
+    """Write ``value`` (an array, or :class:`RowItems`) of ``leaf`` into row ``row`` of ``array``
+    (the leaf's array in the segment); ``ValueError`` saying why when it does not fit."""
+    if type(value) is not RowItems:
+        array[row] = check_leaf_value(leaf, value)
+        return
+    destination = array[row]  # (a view: the leaf has a first axis for the rows)
+    if len(value) != leaf.shape[0]:
+        raise ValueError(f"value at {leaf.name} has {len(value)} rows, but the space declares {leaf.shape[0]}")
+    item_shape = leaf.shape[1:]
+    for j, item in enumerate(value):
+        array = np.asarray(item)
+        if array.shape != item_shape or (
+            array.dtype != leaf.dtype and not np.can_cast(array.dtype, leaf.dtype, casting="same_kind")
+        ):
+            raise ValueError(
+                f"row {j} of {leaf.name} is {array.dtype}{list(array.shape)}, but the space declares "
+                f"{leaf.dtype}{list(item_shape)}"
+            )
+        destination[j] = array

@@ -18,7 +18,7 @@ from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, 
 from vecshm.shared.env_util import answer_call
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
-from vecshm.shared.layout import check_leaf_value, flatten
+from vecshm.shared.layout import flatten, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
 from vecshm.shared.units import CLAIM
@@ -244,7 +244,7 @@ class EnvRunner:
                 dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
                 values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]
             for leaf, array, value in zip(self.obs_fixed, arrays, values):
-                array[row] = check_leaf_value(leaf, value)
+                write_leaf(leaf, array, row, value)
         except ValueError as exc:
             raise ObservationError(
                 f"the observation does not fit the declared observation space {self.obs_space}: {exc}"

@@ -26,7 +26,17 @@ from vecshm.pettingzoo.rows import CopyOf, agent_spaces
 from vecshm.shared.errors import WorkerDiedError, WorkerError, remote_errors
 from vecshm.shared.protocol import AutoReset
 
-__all__ = ["AgentPlan", "Rows", "describe", "naming_copies", "plan_copies", "read_rows", "start_copies", "to_copies"]
+__all__ = [
+    "AgentPlan",
+    "Rows",
+    "describe",
+    "naming_copies",
+    "plan_copies",
+    "read_rows",
+    "row_of",
+    "start_copies",
+    "to_copies",
+]
 
 
 class AgentPlan(NamedTuple):
@@ -125,12 +135,12 @@ def to_copies(actions: Any, plan: AgentPlan, copies: int) -> Any:
 
 
 class Rows(NamedTuple):
-    """A batch's results as rows (see the module). ``ended``: positions (in the batch) of copies
-    whose episode ended, all of whose agents are done; with ``finals`` (SAME_STEP) those copies were
-    reset in the same step: ``obs`` holds the reset's rows, and ``finals[k]`` the copy's last
-    observation (a dict of its agents' rows, ``"obs"`` among them); ``infos[k]``: each agent's info
-    of the step (of the reset, for a copy ``finals`` names), ``final_infos[k]`` those of the last step;
-    ``restarted``: positions of copies a worker restart ended (every present agent truncated)."""
+    """A batch's results as rows (see the module). ``finals`` (SAME_STEP) names, by position in the
+    batch, the copies whose episode ended (all of their agents done) and which were reset in the
+    same step: ``obs`` holds the reset's rows, and ``finals[k]`` the copy's last observation (a dict
+    of its agents' rows, ``"obs"`` among them); ``infos[k]``: each agent's info of the step (of the
+    reset, for a copy ``finals`` names), ``final_infos[k]`` those of the last step; ``restarted``:
+    positions of copies a worker restart ended (every present agent truncated)."""
 
     copy_ids: list[int]
     obs: Any
@@ -138,7 +148,6 @@ class Rows(NamedTuple):
     terminated: np.ndarray
     truncated: np.ndarray
     present: np.ndarray
-    ended: list[int]
     finals: dict[int, Any]
     infos: list[list[dict[str, Any]]]
     final_infos: dict[int, list[dict[str, Any]]]
@@ -152,6 +161,15 @@ def _flat(value: Any, rows: int) -> Any:
     if isinstance(value, tuple):
         return tuple(_flat(leaf, rows) for leaf in value)
     return value.reshape(rows, *value.shape[2:])
+
+
+def row_of(value: Any, a: int) -> Any:
+    """Row ``a`` of a batched observation (a dict or tuple of arrays, or an array), copied."""
+    if isinstance(value, dict):
+        return {key: row_of(leaf, a) for key, leaf in value.items()}
+    if isinstance(value, tuple):
+        return tuple(row_of(leaf, a) for leaf in value)
+    return np.array(value[a])
 
 
 def _agent_infos(info: dict[str, Any], num_agents: int) -> list[dict[str, Any]]:
@@ -190,6 +208,6 @@ def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool, reward
         terminated[span] = False
         truncated[span] = np.asarray(last["present"], dtype=bool)
     return Rows(
-        ids, _flat(copies["obs"], rows), rewards, terminated, truncated, present, ended, finals, infos,
-        final_infos, restarted,
+        ids, _flat(copies["obs"], rows), rewards, terminated, truncated, present, finals, infos, final_infos,
+        restarted,
     )  # fmt: skip

@@ -23,6 +23,7 @@ from vecshm.pettingzoo.copies import (
     naming_copies,
     plan_copies,
     read_rows,
+    row_of,
     start_copies,
     to_copies,
 )
@@ -31,16 +32,7 @@ from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
 
-__all__ = ["AgentVecEnv", "row_of"]
-
-
-def row_of(value: Any, a: int) -> Any:
-    """Row ``a`` of a batched observation (a dict or tuple of arrays, or an array), copied."""
-    if isinstance(value, dict):
-        return {key: row_of(leaf, a) for key, leaf in value.items()}
-    if isinstance(value, tuple):
-        return tuple(row_of(leaf, a) for leaf in value)
-    return np.array(value[a])
+__all__ = ["AgentVecEnv"]
 
 
 class AgentVecEnv(RunProperties, VecEnv):

@@ -23,10 +23,10 @@ from vecshm.pettingzoo.copies import (
     naming_copies,
     plan_copies,
     read_rows,
+    row_of,
     start_copies,
     to_copies,
 )
-from vecshm.pettingzoo.sb3 import row_of
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vector.infos import batch_infos

@@ -32,6 +32,7 @@ class Clock:
     def __init__(self) -> None:
         self.now = 100.0
         self.waited_seconds = 0.0
+        self.pauses = 0  # the times the parent was away between two waits for over pause_seconds
 
     def __call__(self) -> float:
         return self.now
@@ -126,7 +127,8 @@ def test_a_window_that_spans_a_pause_is_dropped(clock, idle_processes):
     busy = np.zeros(2)
     core_balance = balance_of(CORES, busy, lambda: pids, clock, pause_seconds=0.5)
     core_balance.tick()
-    window(core_balance, clock, busy, parent=1.0, workers=0.0)  # a second since the last batch: a pause
+    clock.pauses += 1  # a second away between two waits: a pause
+    window(core_balance, clock, busy, parent=1.0, workers=0.0)
     assert not core_balance.reserved and cores_of(pids) == [CORES, CORES]
     clock.now += 0.4
     core_balance.tick()  # 0.4 s of batches since the pause

@@ -89,7 +89,7 @@ class BalanceRules:
     """When :class:`vecshm.parent.core.balance.CoreBalance` looks, and what it decides; the defaults
     are the constants above, measured on 2 and 16 cores.
 
-    A window lasts ``window_seconds``; a gap over ``pause_seconds`` between batches is a pause. The
+    A window lasts ``window_seconds``; the parent away over ``pause_seconds`` between two waits is a pause. The
     parent gets a core below a ratio of ``reserve_below``, and gives it back above ``release_above``
     (both per remaining core over 1); from ``reserve_from_cores`` cores on it takes one from the
     first batch. ``clock`` reads the time. ``BalanceRules.always_reserve()`` decides at every batch,

@@ -2,25 +2,26 @@
 
 A worker that has stepped its envs for an async command claims the next free unit by reading its
 number from a kernel pipe: one read is atomic among processes, there is no lock a dying worker
-could hold, and numbers come out in the order the parent wrote them.
+could hold, and numbers come out in the order the parent wrote them. Only the pipe and the claim
+live here, as a worker needs them; the parent's side (writing free units, taking them all back) is
+the ring's own (:mod:`vecshm.parent.handback.ring`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from array import array
 from multiprocessing import reduction
 from typing import Any
 
-__all__ = ["UnitPipe", "CLAIM"]
+__all__ = ["UnitPipe", "CLAIM", "TOKEN"]
 
 CLAIM = -1  # a worker's obs_slot word: claim a unit of the ring instead of writing a fixed slot
 TOKEN = 4  # bytes per unit number in the pipe (a uint32 in native order)
 
 
 class UnitPipe:
-    """The free units' numbers in a pipe: ``claim`` in any worker, ``give`` in the parent.
+    """The free units' numbers in a pipe: ``claim`` in any worker; the parent writes them.
 
     Pickled into a worker (at process start) it carries only the read end.
     """
@@ -38,27 +39,6 @@ class UnitPipe:
         except BlockingIOError:
             return None
         return int.from_bytes(data, sys.byteorder)
-
-    def give(self, units: list[int]) -> None:
-        """Append ``units`` to the free ones, in this order (nothing once closed)."""
-        if self.write_fd < 0:
-            return
-        data = array("I", units).tobytes()  # native order: read back on this machine
-        while data:
-            data = data[os.write(self.write_fd, data) :]
-
-    def take_all(self) -> list[int]:
-        """Empty the pipe (only while no worker can claim); the units it held, in order."""
-        data = b""
-        while True:
-            try:
-                chunk = os.read(self.read_fd, 4096 * TOKEN)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        return array("I", data).tolist()
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):

@@ -12,15 +12,19 @@ thresholds come from measurements on 2 cores (docs/benchmark-notes.md, "Async ba
 parent's core").
 
 So, while async batches run with envs left in flight (``batch_size < num_envs``), every
-window (``BalanceRules.window_seconds``) :class:`CoreBalance` compares the time the workers spent running commands
-with the time the parent spent outside its waits (the caller's work included), and moves the
-workers off the parent's core or back. Only where the caller placed nothing (``cpu_affinity`` and
+window (``BalanceRules.window_seconds``; the first batch taken once ``due`` has come looks),
+:class:`CoreBalance` compares the time the workers spent running commands with the time the
+parent spent outside its waits (the caller's work included), and moves the workers off the
+parent's core or back. A window in which the parent was away between two waits
+for longer than ``BalanceRules.pause_seconds`` (a learner's update) is dropped: it measures the
+caller, not the pipeline. Only where the caller placed nothing (``cpu_affinity`` and
 ``pin_parent`` are None), on Linux, with 2 or more usable cores. A synchronous command (all
 workers at once, the parent waiting) gives the workers every core again at once.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Protocol
@@ -33,9 +37,11 @@ __all__ = ["CoreBalance"]
 
 
 class WaitSeconds(Protocol):
-    """What adds up the parent's time spent waiting for workers (the engine's ``Waiter``)."""
+    """What adds up the parent's time spent waiting for workers, and counts its pauses: the times
+    it was away longer than ``pause_seconds`` between two waits (the engine's ``Waiter``)."""
 
     waited_seconds: float
+    pauses: int
 
 
 class CoreBalance:
@@ -70,8 +76,11 @@ class CoreBalance:
         # its ``waited_seconds``: the parent's time spent waiting for workers (the engine's Waiter adds it up)
         self._waits = waits
         self._moved: set[int] = set()  # workers moved off cores[0]
-        self._window: tuple[float, float, float] | None = None  # (start, wait seconds, workers' busy) then
-        self._last_tick = 0.0
+        # (start, wait seconds, pauses, workers' busy) when the window opened
+        self._window: tuple[float, float, int, float] | None = None
+        # when a batch must look next (``rules.clock``): a window's end, at once before the first.
+        # A batch before then skips ``tick`` (on the step path of every async batch).
+        self.due = 0.0 if self.enabled else math.inf
 
     def tick(self) -> None:
         """An async batch was taken: look at the balance once a window (``rules.window_seconds``) passed."""
@@ -79,20 +88,22 @@ class CoreBalance:
             return
         rules = self.rules
         now = rules.clock()
-        window, last, self._last_tick = self._window, self._last_tick, now
-        if window is None or now - last > rules.pause_seconds:  # a first batch, or the first after a pause
-            self._window = (now, self._waits.waited_seconds, float(self._busy.sum()))
+        window, waits = self._window, self._waits
+        if window is None or waits.pauses != window[2]:  # a first batch, or a window with a pause in it
+            self._window = (now, waits.waited_seconds, waits.pauses, float(self._busy.sum()))
+            self.due = now + rules.window_seconds
             self.active = True
             if self.chosen and not self.reserved:
                 self._reserve()
             return
-        start, wait_seconds, busy = window
+        start, wait_seconds, _, busy = window
         if now - start < rules.window_seconds:
             return
         total = float(self._busy.sum())
         workers = total - busy
-        parent = (now - start) - (self._waits.waited_seconds - wait_seconds)
-        self._window = (now, self._waits.waited_seconds, total)
+        parent = (now - start) - (waits.waited_seconds - wait_seconds)
+        self._window = (now, waits.waited_seconds, waits.pauses, total)
+        self.due = now + rules.window_seconds
         per_core = workers / (len(self.cores) - 1)
         self.utilization = per_core / (now - start)
         ratio = self.ratio = per_core / max(parent, 1e-9)
@@ -108,6 +119,7 @@ class CoreBalance:
     def release(self) -> None:
         """Workers on every core again (a synchronous command runs every worker at once)."""
         self._window = None
+        self.due = 0.0 if self.enabled else math.inf
         self.active = False
         if not self.reserved:
             return
@@ -118,6 +130,7 @@ class CoreBalance:
     def close(self) -> None:
         """Drop the view of the workers' shared array (the segment's mapping goes with the last one)."""
         self.enabled = False
+        self.due = math.inf
         self._busy = np.zeros(0)
 
     def _reserve(self) -> None:
@@ -135,3 +148,4 @@ class CoreBalance:
                 pass
             except OSError:  # not ours to move (a sandbox): leave the placement to the scheduler
                 self.enabled = False
+                self.due = math.inf

@@ -144,8 +144,9 @@ class AsyncBatches:
         if out == 0:
             raise NoAsyncCallError(self._nothing_out(), "recv")
         need = min(self.batch_size, out)
-        if self._balance is not None:
-            self._balance.tick()
+        balance = self._balance
+        if balance is not None and balance.rules.clock() >= balance.due:
+            balance.tick()
         if ring is not None:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
                 units = ring.next_units(need // ring.unit_rows)

@@ -96,7 +96,15 @@ class Engine:
         ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
-        self.waiter = Waiter(self.pool, self.words, options.parent_spin_seconds, num_cores, self.timeout, self.health)
+        self.waiter = Waiter(
+            self.pool,
+            self.words,
+            options.parent_spin_seconds,
+            num_cores,
+            self.timeout,
+            self.health,
+            options.balance_rules.pause_seconds,
+        )
         parts = EngineParts(plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets)
         self.policy = failure_policy(options, parts)
 

@@ -67,7 +67,9 @@ class Deaths(Protocol):
 class Waiter:
     """The parent's waits for one pool of workers (see the module's docstring).
 
-    ``waited_seconds`` adds up the time spent waiting, for the core balance (:mod:`vecshm.parent.core.balance`).
+    ``waited_seconds`` adds up the time spent waiting, and ``pauses`` counts the times the parent
+    was away for longer than ``pause_seconds`` between two waits, for the core balance
+    (:mod:`vecshm.parent.core.balance`).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Waiter:
         cores: int,
         timeout: float | None,
         health: Health,
+        pause_seconds: float,
     ) -> None:
         assert pool.buffers is not None, "the pool maps the segment before anyone waits on it"
         self.pool = pool
@@ -91,6 +94,8 @@ class Waiter:
         self.sentinels = {process.sentinel: p for p, process in enumerate(pool.processes)}  # -> process
         self.watch = DoneWatch(pool.transport, pool.done_bell, list(self.sentinels))
         self.waited_seconds = 0.0
+        self.pause_seconds = pause_seconds
+        self.pauses = 0
         self.observer: WaitObserver | None = None
         self._next_check = 0.0
         self._ended = 0.0  # when the last wait ended
@@ -120,8 +125,10 @@ class Waiter:
         started = time.perf_counter()
         # the parent's turnaround since the last wait, for the workers' spin (vecshm.worker.main);
         # a long pause (a learner's update) counts as TURNAROUND_CAP, so its mark fades in a few steps
-        turnaround = self.buffers.turnaround
-        turnaround[0] = 0.8 * turnaround.item(0) + 0.2 * min(started - self._ended, TURNAROUND_CAP)
+        turnaround, away = self.buffers.turnaround, started - self._ended
+        turnaround[0] = 0.8 * turnaround.item(0) + 0.2 * min(away, TURNAROUND_CAP)
+        if away > self.pause_seconds:
+            self.pauses += 1
         result = ready(ticket)
         if result is None:  # (async batches often find finished workers: no wait to learn from)
             result, ticket = self._block(ticket, timeout, ready, on_death)

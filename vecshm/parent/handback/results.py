@@ -210,6 +210,14 @@ class Batch:
         """The observations with ``fixed`` (arrays or tensors, one per fixed leaf) as their fixed leaves."""
         return self._reader.assembled(self.env_ids, fixed, self._extras.piped)
 
+    def said_nothing(self) -> bool:
+        """Whether no env of the batch returned an info and no worker restart ended an episode:
+        its vector info is ``{}`` (``final_info`` aside), and a facade need not build it."""
+        if self._extras.piped or self.restarted:
+            return False
+        lengths = self._reader.buffers.info_len  # (INFO_EMPTY is 0)
+        return not (lengths if self.env_ids is None else lengths[self.env_ids]).any()
+
     def infos(self, env_ids: Sequence[int] | None = None, kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` (default: the batch's envs); ``kind="final"``: of the
         episodes that ended (``final_info``)."""

@@ -20,6 +20,7 @@ or when a batch's units are not adjacent, the batch is copied out.
 from __future__ import annotations
 
 import os
+from array import array
 from collections import deque
 from itertools import islice
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
-from vecshm.shared.units import UnitPipe
+from vecshm.shared.units import TOKEN, UnitPipe
 
 __all__ = ["UnitRing", "ring_units", "segment_spec", "LENDABLE_BATCHES"]
 
@@ -194,7 +195,7 @@ class UnitRing:
         Batches dropped out of order, or drained, leave the queue out of ring order, so that later
         batches would not be adjacent; rebuilding when idle puts it back.
         """
-        self.pipe.take_all()
+        _take_all(self.pipe)
         self._queue.clear()
         self.offset = 0
         free = [u for u in range(self.units) if not self._leases[u] and not self._held[u]]
@@ -216,10 +217,10 @@ class UnitRing:
     def recover_claims(self) -> None:
         """Give back first the units claimed but never written (their worker died in between), so
         that the next claims fill them in ring order (only while no live worker can claim)."""
-        free = self.pipe.take_all()
+        free = _take_all(self.pipe)
         in_pipe, owners = set(free), self.buffers.unit_worker
         lost = [u for u in self._queue if u not in in_pipe and owners[u] == -1]
-        self.pipe.give(lost + free)
+        _give(self.pipe, lost + free)
 
     def _free(self, units: list[int]) -> None:
         if self.pipe.write_fd < 0 or not units:  # the vec env is closed: nothing to give back
@@ -231,9 +232,32 @@ class UnitRing:
         for u in units:  # before a worker can claim them again
             unit_worker[u] = -1
         self._queue.extend(units)
-        self.pipe.give(units)
+        _give(self.pipe, units)
 
     def close(self) -> None:
         """Drop the ring's hold on the mapping (its views too); lent arrays keep theirs."""
         self._mapping = None
         self.arrays = []
+
+
+def _give(pipe: UnitPipe, units: list[int]) -> None:
+    """Append ``units`` to the free ones in ``pipe``, in this order (nothing once it is closed)."""
+    if pipe.write_fd < 0:
+        return
+    data = array("I", units).tobytes()  # native order: read back on this machine
+    while data:
+        data = data[os.write(pipe.write_fd, data) :]
+
+
+def _take_all(pipe: UnitPipe) -> list[int]:
+    """Empty ``pipe`` (only while no worker can claim); the units it held, in order."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(pipe.read_fd, 4096 * TOKEN)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return array("I", data).tolist()

@@ -91,6 +91,38 @@ def hangs_in_constructor():
     time.sleep(3600)
 
 
+def hangs_then_interrupts(caller: int, folder: str, builders: int):
+    """A constructor that never ends, as :func:`hangs_in_constructor`, and presses Ctrl-C in the
+    ``caller`` process once ``builders`` such constructors have started: each leaves a file in
+    ``folder`` naming its process and that process's parent (a Ray actor, say), and the first to
+    see them all sends SIGINT, once."""
+    name = os.path.join(folder, f"{os.getpid()}.pids")
+    with open(name + ".tmp", "w") as f:
+        f.write(f"{os.getppid()} {os.getpid()}")
+    os.replace(name + ".tmp", name)  # whole, or not there
+    if len([n for n in os.listdir(folder) if n.endswith(".pids")]) == builders:
+        try:
+            fd = os.open(os.path.join(folder, "interrupted"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:  # another one was first
+            pass
+        else:
+            os.write(fd, repr(time.time()).encode())  # (read only once the caller was interrupted)
+            os.close(fd)
+            os.kill(caller, signal.SIGINT)
+    time.sleep(3600)
+
+
+def pids_left_in(folder: str) -> list[int]:
+    """The processes :func:`hangs_then_interrupts` named in ``folder``, and their parents."""
+    names = [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".pids")]
+    return [int(pid) for name in names for pid in open(name).read().split()]
+
+
+def interrupted_at(folder: str) -> float:
+    """When :func:`hangs_then_interrupts` sent its SIGINT (``time.time()``)."""
+    return float(open(os.path.join(folder, "interrupted")).read())
+
+
 class LockedFactory:
     """An env factory that holds a lock: cloudpickle cannot send it to a fresh process, a fork
     inherits it as it is (SubprocVecEnv and AsyncVectorEnv take it under fork)."""

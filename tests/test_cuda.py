@@ -63,7 +63,10 @@ def test_sb3_facade_with_pin_memory_hands_its_numpy_outputs_to_obs_as_tensor() -
 
 
 def test_a_failed_registration_says_why_clears_cudas_error_and_leaves_nothing(monkeypatch) -> None:
-    monkeypatch.setattr(cuda, "REGISTER_PORTABLE", 0x7FFF)  # flags CUDA refuses: invalid argument
+    def refused(address: int, nbytes: int) -> int:  # flags CUDA refuses: a real error, invalid argument
+        return int(torch.cuda.cudart().cudaHostRegister(address, nbytes, 0x7FFF))
+
+    monkeypatch.setattr(cuda, "host_register", refused)
     import multiprocessing
 
     before = shm_entries()

@@ -6,6 +6,7 @@ and ``SubprocVecEnv``, stepped in lockstep with the same seeds and actions.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.util
 import os
 import re
@@ -32,7 +33,15 @@ from conftest import (
     sample_actions,
     wait_gone,
 )
-from faulty_envs import LockedFactory, faulty, hangs_in_constructor, healthy, raises_in_constructor
+from faulty_envs import (
+    LockedFactory,
+    faulty,
+    hangs_then_interrupts,
+    healthy,
+    interrupted_at,
+    pids_left_in,
+    raises_in_constructor,
+)
 from lockstep import lockstep
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -192,29 +201,16 @@ def test_a_factory_that_cannot_be_sent_to_the_actors_is_named():
         ray_vec_env([healthy, healthy, LockedFactory()])
 
 
-def test_ctrl_c_while_the_actors_build_their_envs_ends_them_at_once(monkeypatch):
+def test_ctrl_c_while_the_actors_build_their_envs_ends_them_at_once(tmp_path):
     """Actors still building their envs would answer a close only once built (never, here): they
-    are killed at once instead of after the 10 s given to a close."""
-    launched, launch, gather = [], RayVecEnv._launch, RayVecEnv._gather
-
-    def launch_and_record(self, k):
-        launched.append(launch(self, k))
-        return launched[-1]
-
-    def interrupted_start(self, refs, command, *args, **kwargs):
-        if command == "start":
-            raise KeyboardInterrupt
-        return gather(self, refs, command, *args, **kwargs)
-
-    monkeypatch.setattr(RayVecEnv, "_launch", launch_and_record)
-    monkeypatch.setattr(RayVecEnv, "_gather", interrupted_start)
-    started = time.monotonic()
+    are killed at once instead of after the 10 s given to a close. Ctrl-C comes from the envs'
+    constructors, once both actors' workers are in there."""
+    interrupts = functools.partial(hangs_then_interrupts, os.getpid(), str(tmp_path), 2)
     with pytest.raises(KeyboardInterrupt):
-        ray_vec_env([hangs_in_constructor] * 2)
-    assert time.monotonic() - started < CLOSE_TIMEOUT
-    for actor in launched:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.describe.remote())
+        ray_vec_env([interrupts] * 2)
+    assert time.time() - interrupted_at(str(tmp_path)) < CLOSE_TIMEOUT
+    assert len(pids_left_in(str(tmp_path))) == 4  # two actors, and the vecshm worker in each
+    assert wait_gone(pids_left_in(str(tmp_path)), 30) == []
 
 
 def test_close_with_a_hung_step_in_flight_kills_its_actor_after_a_second():

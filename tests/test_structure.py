@@ -179,3 +179,62 @@ def test_only_parent_control_touches_the_control_words_on_the_parent_s_side(path
     (the engine and the facades), by ``parent/control.py`` alone."""
     touched = {node.attr for node in _names(path) if isinstance(node, ast.Attribute) and node.attr in CONTROL_WORDS}
     assert not touched, f"{path.relative_to(ROOT)} touches the control words {sorted(touched)}"
+
+
+TESTS = Path(__file__).parent
+
+
+def _private_names() -> set[str]:
+    """Names vecshm keeps private: underscored attributes it sets, and underscored functions,
+    methods and classes it defines (dunders aside)."""
+    names = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def _vecshm_bound(tree: ast.AST) -> set[str]:
+    """The names a test module binds to vecshm's modules and objects by importing them."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vecshm":
+            bound |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            vecshm_imports = [alias for alias in node.names if alias.name.split(".")[0] == "vecshm"]
+            bound |= {alias.asname or alias.name.split(".")[0] for alias in vecshm_imports}
+    return bound
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda path: str(path.relative_to(TESTS)))
+def test_tests_use_vecshm_s_public_names_alone(path):
+    """Tests check behaviour through what callers may use: no test reads an attribute vecshm keeps
+    private, or replaces one of vecshm's private names or module constants to inject a fault (a
+    fault comes from an env, a signal, or a public seam such as ``cuda.host_register``)."""
+    tree = ast.parse(path.read_text())
+    private, vecshm_names = _private_names(), _vecshm_bound(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in private and _root_name(node) not in ("self", "cls"):
+            found.append(f"line {node.lineno} reads .{node.attr}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setattr"
+            and len(node.args) >= 2
+            and _root_name(node.args[0]) in vecshm_names
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and (node.args[1].value.startswith("_") or node.args[1].value.isupper())
+        ):
+            found.append(f"line {node.lineno} replaces {node.args[1].value}")
+    assert not found, f"{path.relative_to(TESTS)}: {found}"

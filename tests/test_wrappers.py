@@ -247,30 +247,35 @@ def test_is_vecenv_wrapped_with_vecshm_s_class_finds_the_transpose_sb3_added():
 
 class PinnedDummyVecEnv(DummyVecEnv):
     """A vec env that says it is pinned (``pin_memory=True`` needs CUDA; the arrays' page-locking
-    itself is ``tests/test_cuda.py``'s): the wrappers above take their pooled path."""
+    itself is ``tests/test_cuda.py``'s): the wrappers above take their pooled path, and ask it for
+    their arrays (``page_locked``), which it hands out in plain memory and remembers (weakly: the
+    pool reuses an array only once nothing else refers to it)."""
 
     pin_memory = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.made: list[weakref.ref] = []
+
+    def page_locked(self, shape, dtype) -> np.ndarray:
+        array = np.empty(shape, dtype)
+        self.made.append(weakref.ref(array))
+        return array
 
 
 @pytest.mark.parametrize(
     "name", ["frame_stack_image", "frame_stack_dict", "transpose", "transpose_dict", "stack_of_three"]
 )
-def test_wrappers_above_a_pinned_vec_env_write_pooled_arrays_with_sb3_s_outputs(name, monkeypatch):
+def test_wrappers_above_a_pinned_vec_env_write_pooled_arrays_with_sb3_s_outputs(name):
     sb3_vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
     import vecshm
     from vecshm.wrappers import pinned
 
-    made = []  # weak references: the pool reuses an array only once nothing else refers to it
-
-    def page_locked(shape, dtype):
-        array = np.empty(shape, dtype)
-        made.append(weakref.ref(array))
-        return array
-
-    monkeypatch.setattr(pinned, "page_locked", page_locked)
     obs_key, wrap = WRAPPERS[name]
     fns = [make_space_env(obs_key, big_info_every=0, tag=i) for i in range(3)]
-    ours = wrap(vecshm, PinnedDummyVecEnv(fns))
+    below = PinnedDummyVecEnv(fns)
+    made = below.made
+    ours = wrap(vecshm, below)
     theirs = wrap(sb3_vec_env, sb3_vec_env.DummyVecEnv(fns))
     try:
         compare(ours, theirs, steps=40)  # bit for bit, and held arrays never rewritten (below)

@@ -8,7 +8,7 @@ from gymnasium import spaces
 
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
-from vecshm.wrappers.pinned import below_is_pinned
+from vecshm.wrappers.pinned import page_locker
 from vecshm.wrappers.stacked_observations import StackedObservations
 
 __all__ = ["VecFrameStack"]
@@ -30,7 +30,7 @@ class VecFrameStack(VecEnvWrapper):
                 f"VecFrameStack only works with Box and Dict observation spaces, not {venv.observation_space}"
             )
         self.stacked_obs = StackedObservations(
-            venv.num_envs, n_stack, venv.observation_space, channels_order, pinned=below_is_pinned(venv)
+            venv.num_envs, n_stack, venv.observation_space, channels_order, pinned=page_locker(venv)
         )
         super().__init__(venv, observation_space=self.stacked_obs.stacked_observation_space)
 

@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
-from vecshm.wrappers.pinned import PinnedArrays
+from vecshm.wrappers.pinned import Allocate, PinnedArrays
 
 __all__ = ["StackedObservations"]
 
@@ -23,8 +23,9 @@ class StackedObservations(Generic[TObs]):
 
     Channels first or last is detected for image spaces (or set with ``channels_order``; per key
     for Dict spaces). Each update writes one new stacked array (shifted copy plus the new frame),
-    so arrays handed out earlier are never modified; with ``pinned`` (the vec env below has
-    ``pin_memory``) those arrays are page-locked, from a pool that reuses only unreferenced ones.
+    so arrays handed out earlier are never modified; with ``pinned`` (what allocates page-locked
+    arrays, where the vec env below has ``pin_memory``: see :mod:`vecshm.wrappers.pinned`) those
+    arrays are page-locked, from a pool that reuses only unreferenced ones.
     """
 
     def __init__(
@@ -34,7 +35,7 @@ class StackedObservations(Generic[TObs]):
         observation_space: spaces.Box | spaces.Dict,
         channels_order: str | Mapping[str, str | None] | None = None,
         *,
-        pinned: bool = False,
+        pinned: Allocate | None = None,
     ) -> None:
         if not isinstance(n_stack, (int, np.integer)) or n_stack < 1:
             raise InvalidArgumentError(f"n_stack must be a positive integer, got {n_stack!r}")
@@ -68,7 +69,7 @@ class StackedObservations(Generic[TObs]):
             self.stacked_observation_space = spaces.Box(low=low, high=high, dtype=observation_space.dtype)
             self.stacked_obs = np.zeros((num_envs, *self.stacked_shape), dtype=observation_space.dtype)
             # page-locked stacks (``pinned``: the vec env below has pin_memory), for the copy to the GPU
-            self._pinned = PinnedArrays(self.stacked_obs.shape, self.stacked_obs.dtype) if pinned else None
+            self._pinned = PinnedArrays(self.stacked_obs.shape, self.stacked_obs.dtype, pinned) if pinned else None
         else:
             raise TypeError(
                 f"StackedObservations only supports Box and Dict as observation spaces. "

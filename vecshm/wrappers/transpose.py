@@ -11,7 +11,7 @@ from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
-from vecshm.wrappers.pinned import PinnedArrays, below_is_pinned
+from vecshm.wrappers.pinned import PinnedArrays, page_locked, page_locker
 
 __all__ = ["VecTransposeImage"]
 
@@ -40,7 +40,8 @@ class VecTransposeImage(VecEnvObservationWrapper):
             observation_space = self.transpose_space(venv.observation_space)
         super().__init__(venv, observation_space=observation_space)
         # above a pinned vec env (pin_memory=True): batches transposed into page-locked arrays
-        self._pinned: dict[str, PinnedArrays] | None = {} if below_is_pinned(venv) else None
+        self._page_locked = page_locker(venv)
+        self._pinned: dict[str, PinnedArrays] | None = {} if self._page_locked is not None else None
 
     @staticmethod
     def transpose_space(observation_space: spaces.Box, key: str = "") -> spaces.Box:
@@ -76,7 +77,7 @@ class VecTransposeImage(VecEnvObservationWrapper):
             return view
         pool = self._pinned.get(key)
         if pool is None or pool.shape != view.shape or pool.dtype != view.dtype:
-            pool = self._pinned[key] = PinnedArrays(view.shape, view.dtype)
+            pool = self._pinned[key] = PinnedArrays(view.shape, view.dtype, self._page_locked or page_locked)
         out = pool.take()
         np.copyto(out, view)
         return out

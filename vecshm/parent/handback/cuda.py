@@ -26,6 +26,7 @@ __all__ = [
     "RegistrationError",
     "SegmentRegistration",
     "check_start_method",
+    "host_register",
     "import_torch",
     "torch_device",
 ]
@@ -115,6 +116,15 @@ def _unregister(torch: Any, address: int, mapping: np.ndarray) -> None:
         _clear_last_error()
 
 
+def host_register(address: int, nbytes: int) -> int:
+    """Page-lock ``nbytes`` at ``address`` and register them with CUDA, for every context
+    (``cudaHostRegisterPortable``); CUDA's error code, 0 on success. The one call into CUDA's
+    registration, which a test may replace to make it fail."""
+    import torch
+
+    return int(torch.cuda.cudart().cudaHostRegister(address, nbytes, REGISTER_PORTABLE))
+
+
 class SegmentRegistration:
     """The segment's mapping, page-locked and registered with CUDA in place until :meth:`close`
     (or until this object is garbage collected, or at exit)."""
@@ -123,7 +133,7 @@ class SegmentRegistration:
         torch = import_torch("pin_memory=True")
         self.address, self.nbytes = int(mapping.ctypes.data), int(mapping.nbytes)
         _prefault(mapping)
-        code = int(torch.cuda.cudart().cudaHostRegister(self.address, self.nbytes, REGISTER_PORTABLE))
+        code = host_register(self.address, self.nbytes)
         if code:
             _clear_last_error()
             raise RegistrationError(

@@ -190,7 +190,7 @@ class ProcessPool:
         for p in range(len(self.lanes)):
             self._send_segment(p, Phase.START_UP)
         for p in range(len(self.lanes)):
-            self._recv_process(p, deadline, Phase.START_UP)
+            self.recv_process(p, deadline, Phase.START_UP)
         if not keep_fd:
             self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
@@ -213,11 +213,11 @@ class ProcessPool:
         self.conns[p] = self.processes[p] = None  # until the new one has started
         with ctrl_c_after_the_starts():
             self._start_process(p)
-        reply = self._recv_process(p, deadline, Phase.RESTART)
+        reply = self.recv_process(p, deadline, Phase.RESTART)
         if reply[0] == Message.ERROR:
             raise remote_error(reply[1])
         self._send_segment(p, Phase.RESTART)
-        self._recv_process(p, deadline, Phase.RESTART)
+        self.recv_process(p, deadline, Phase.RESTART)
 
     # -- messages and liveness --------------------------------------------------------------------
 
@@ -227,9 +227,10 @@ class ProcessPool:
         A process's workers share its connection: what arrives for the others waits for their recv.
         """
         p = self.process_of[w]
-        return receive_addressed(self._inbox[p], w, lambda: self._recv_process(p, deadline, during))
+        return receive_addressed(self._inbox[p], w, lambda: self.recv_process(p, deadline, during))
 
-    def _recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
+    def recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
+        """The next message process ``p`` sent, for whichever of its workers (start-up, a restart)."""
         return next(self.replies([p], deadline, during))[1]
 
     def replies(self, processes: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:

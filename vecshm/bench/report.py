@@ -49,19 +49,21 @@ def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | No
         lines += [
             f"### {case.workload}, {case.n_envs} {case.unit} ({rounds} interleaved rounds)",
             "",
-            f"| system | env-steps/s (median) | min | max | x {case.baseline} |{share_header}",
-            f"|---|---:|---:|---:|---:|{share_rule}",
+            f"| system | env-steps/s (median) | min | max | CPU ms / 1k steps | x {case.baseline} |{share_header}",
+            f"|---|---:|---:|---:|---:|---:|{share_rule}",
         ]
         for name, values in case.rounds.items():
             ratios = case.ratios(name)
             ratio = f"{np.median(ratios):.2f}x" if ratios else "-"
             spread = f"{_fmt(np.median(values))} | {_fmt(min(values))} | {_fmt(max(values))}"
+            cpu = case.cpu.get(name)
+            spread += f" | {np.median(cpu):,.1f}" if cpu else " | -"
             share = ""
             if ideal:
                 share = f" {100 * np.median(values) / ideal:.0f}% |" if name != IDEAL else " 100% |"
             lines.append(f"| {name} | {spread} | {ratio} |{share}")
         for name, reason in case.skipped.items():
-            lines.append(f"| {name} | skipped: {reason} | | | |{' |' if ideal else ''}")
+            lines.append(f"| {name} | skipped: {reason} | | | | |{' |' if ideal else ''}")
         lines.append("")
     if floor:
         lines += ["### Floor on this machine", ""]
@@ -81,6 +83,7 @@ def to_json(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | Non
                     "workload": c.workload,
                     "n_envs": c.n_envs,
                     "rounds": c.rounds,
+                    "cpu_ms_per_1000_env_steps": c.cpu,
                     "ratios_to_baseline": {name: c.ratios(name) for name in c.rounds},
                     "skipped": c.skipped,
                 }
@@ -135,21 +138,25 @@ def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
 
 
 def _sweep_figure(plt: Any, cases: list[Case]) -> Any:
-    """Throughput against n_envs per system, one panel per workload."""
+    """Per workload (a column), against n_envs per system: throughput above, and below the CPU it
+    cost per 1,000 env-steps (the parent and every process the system started)."""
     workloads = sorted({c.workload for c in cases})
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
+    fig, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 8.5), squeeze=False)
+    for column, workload in enumerate(workloads):
         chosen = sorted((c for c in cases if c.workload == workload), key=lambda c: c.n_envs)
-        names = {name for c in chosen for name in c.rounds}
-        for name in sorted(names):
-            points = [(c.n_envs, np.median(c.rounds[name])) for c in chosen if c.rounds.get(name)]
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", label=name, linestyle="--" if name == IDEAL else "-")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("num_envs")
-        ax.set_ylabel("env-steps/s (median)")
-        ax.set_title(workload)
-        ax.grid(True, which="both", alpha=0.3)
+        names = sorted({name for c in chosen for name in c.rounds})
+        for row, (of, label) in enumerate([("rounds", "env-steps/s (median)"), ("cpu", "CPU ms per 1,000 env-steps")]):
+            ax = axes[row][column]
+            for name in names:
+                points = [(c.n_envs, np.median(getattr(c, of)[name])) for c in chosen if getattr(c, of).get(name)]
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, marker="o", label=name, linestyle="--" if name == IDEAL else "-")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("num_envs")
+            ax.set_ylabel(label)
+            ax.set_title(workload if row == 0 else f"{workload}: CPU per env-step (lower costs less)")
+            ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=7)
     return fig

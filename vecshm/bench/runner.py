@@ -10,23 +10,27 @@ from typing import Any
 
 import numpy as np
 
+from vecshm.bench.cpu import CpuMeter, descendants
 from vecshm.bench.systems import BASELINE, Stepper, System
 from vecshm.bench.workloads import Workload
 from vecshm.shared.affinity import usable_cores
 
-__all__ = ["Case", "run_case", "measure_rate"]
+__all__ = ["Case", "run_case", "measure_rate", "measure_steps"]
 
 IDEAL = "ideal (independent processes)"
+CLOCK_EVERY = 64  # the most steps between two reads of the clock
 READY = "ready"
 
 
 @dataclass
 class Case:
-    """Results of one (workload, n_envs): env-steps/s per system, one entry per round."""
+    """Results of one (workload, n_envs): env-steps/s per system, one entry per round, and the CPU
+    milliseconds the system spent per 1,000 env-steps in that round (see :mod:`vecshm.bench.cpu`)."""
 
     workload: str
     n_envs: int
     rounds: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     baseline: str = BASELINE  # what ratios divide by (the multi-agent workloads: SuperSuit)
     unit: str = "envs"  # what n_envs counts (the multi-agent workloads: copies of the env, each a row per agent)
@@ -41,15 +45,30 @@ class Case:
 
 def measure_rate(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seconds: float) -> float:
     """Env-steps per second over ``seconds`` of back-to-back steps."""
+    env_steps, elapsed = measure_steps(stepper, actions, n_envs, seconds)
+    return env_steps / elapsed
+
+
+def measure_steps(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seconds: float) -> tuple[int, float]:
+    """Env-steps done in back-to-back steps for at least ``seconds`` (and 3 steps), and the time taken.
+
+    The loop adds as little as a loop can: the clock is read once every ``CLOCK_EVERY`` steps
+    once a first step showed how long one takes, and the actions cycle through a prepared list."""
     n_envs = stepper.envs_per_step or n_envs
-    steps = 0
-    start = time.perf_counter()
+    step, cycle = stepper.step, len(actions)
+    clock = time.perf_counter
+    start = clock()
+    step(actions[0])
+    first = clock() - start
+    every = max(1, min(CLOCK_EVERY, int(seconds / max(first, 1e-7) / 100)))  # about 100 reads in all
+    steps = 1
     while True:
-        stepper.step(actions[steps % len(actions)])
-        steps += 1
-        elapsed = time.perf_counter() - start
+        for k in range(steps, steps + every):
+            step(actions[k % cycle])
+        steps += every
+        elapsed = clock() - start
         if elapsed >= seconds and steps >= 3:
-            return steps * n_envs / elapsed
+            return steps * n_envs, elapsed
 
 
 def _ideal_worker(workload: Workload, n_local: int, commands: Any, results: Any) -> None:
@@ -91,6 +110,7 @@ class IdealPool:
                 raise RuntimeError("an ideal process failed to start")
 
     def measure(self, seconds: float) -> float:
+        """Env-steps/s of every process together, each stepping for ``seconds``."""
         for queue in self.commands:
             queue.put(seconds)
         return float(sum(self.results.get(timeout=seconds + 120) for _ in self.processes))
@@ -118,6 +138,7 @@ def run_case(
     case = Case(workload.name, n_envs, baseline=workload.baseline, unit=getattr(workload, "unit", "envs"))
     actions = workload.actions(n_envs)
     built: dict[str, Any] = {}
+    meters: dict[str, CpuMeter] = {}
     try:
         for system in systems:
             reason = system.available_for(workload, n_envs)
@@ -126,6 +147,7 @@ def run_case(
                 continue
             progress(f"starting {system.name}")
             stepper = None
+            before = descendants()
             try:
                 stepper = system.build(workload, n_envs)
                 stepper.reset()
@@ -136,20 +158,27 @@ def run_case(
                 case.skipped[system.name] = f"failed: {type(error).__name__}: {str(error)[:120]}"
                 continue
             built[system.name] = stepper
-            case.rounds[system.name] = []
+            meters[system.name] = CpuMeter(descendants() - before)
+            case.rounds[system.name], case.cpu[system.name] = [], []
         if ideal:
             progress("starting ideal processes")
+            before = descendants()
             built[IDEAL] = IdealPool(workload, n_envs)
+            meters[IDEAL] = CpuMeter(descendants() - before)
             built[IDEAL].measure(min(1.0, seconds))  # warm-up, as for the systems
-            case.rounds[IDEAL] = []
+            case.rounds[IDEAL], case.cpu[IDEAL] = [], []
         for r in range(rounds):
             for name, runner in built.items():
                 progress(f"round {r + 1}/{rounds}: {name}")
+                cpu = meters[name].seconds()
                 if name == IDEAL:
                     rate = runner.measure(seconds)
+                    env_steps = rate * seconds  # (each process stepped for ``seconds``)
                 else:
-                    rate = measure_rate(runner, actions, n_envs, seconds)
+                    env_steps, elapsed = measure_steps(runner, actions, n_envs, seconds)
+                    rate = env_steps / elapsed
                 case.rounds[name].append(rate)
+                case.cpu[name].append(1e6 * (meters[name].seconds() - cpu) / max(env_steps, 1))  # ms per 1,000
     finally:
         for runner in built.values():
             runner.close()

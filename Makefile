@@ -17,6 +17,9 @@ PIP_FIND_LINKS ?= $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/n
 UV_INSTALL = $(UV) pip install --quiet --compile-bytecode $(addprefix --find-links ,$(PIP_FIND_LINKS))
 # pinned, so SB3 does not pull the registry's newest (CUDA) build
 TORCH := torch==2.13.0
+# PufferLib's vectorizer, a peer in the bench: without its deps, which pin torch 2.9 (and CUDA's libraries);
+# it imports only numpy, gymnasium and psutil
+PUFFERLIB := pufferlib-core==3.0.23
 
 # Each venv is installed once (a stamp file in it), again only when pyproject.toml changes: the
 # project is installed editable, so code changes need nothing. `make clean` starts over.
@@ -34,6 +37,7 @@ install: $(INSTALLED)  ## the project, SB3 (CPU torch first), Atari, video, plot
 
 $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(UV_INSTALL) --python $(BIN)/python "$(TORCH)" -e '.[dev]'
+	$(UV_INSTALL) --python $(BIN)/python --no-deps "$(PUFFERLIB)"
 	touch $@
 
 install-rllib: $(RLLIB_INSTALLED)  ## a second venv with vecshm[dev,rllib] (RLlib and the Gymnasium it pins)
@@ -129,7 +133,8 @@ bench: install  ## the main job: vecshm vs SB3 and Gymnasium on the built-in pix
 bench-pytest: install  ## pytest-benchmark view of the step overhead
 	$(BIN)/python -m pytest benchmarks -q
 
-bench-full: install  ## every workload (Atari included), n_envs sweep, plot in bench-results/
+bench-full: install  ## every workload (Atari included), n_envs sweep, plots in bench-results/ (Tianshou, TorchRL too)
+	$(UV_INSTALL) --python $(BIN)/python "$(TORCH)" -e '.[dev,peers]'
 	$(BIN)/python -m vecshm.bench -w frames dict busy200 variable vector pong -n 2 8 32 -s all -r 5
 
 bench-train: install  ## end to end: SB3 PPO on Pong with vec_env_cls swapped (learner on the GPU if there is one)

@@ -166,3 +166,27 @@ def test_a_system_that_fails_to_start_is_reported_and_the_others_are_measured(tm
     case = json.loads((tmp_path / "results.json").read_text())["cases"][0]
     assert case["skipped"]["broken system"] == "failed: RuntimeError: this system cannot start here"
     assert len(case["rounds"]["vecshm ShmVecEnv"]) == 1
+
+
+PEERS = ["PufferLib", "Tianshou", "TorchRL"]
+
+
+def test_every_peer_runs_on_tiny_sizes_or_says_why_not_with_a_cpu_figure_per_row(tmp_path):
+    """PufferLib (sync, one worker and one per core, and async), Tianshou (sync and wait_num) and
+    TorchRL each step the frames env, or are listed skipped with the reason (a package missing);
+    every measured row has its CPU per 1,000 env-steps."""
+    from vecshm.bench.peers import PEER_SYSTEMS
+
+    # 0.3 s a row: CPU times tick every 10 ms
+    argv = ["-w", "frames", "-n", "2", "-r", "1", "--seconds", "0.3", "--no-floor", "--no-ideal", "-q"]
+    assert main([*argv, "-o", str(tmp_path), "-s", *PEERS, "vecshm ShmVecEnv"]) == 0
+    case = json.loads((tmp_path / "results.json").read_text())["cases"][0]
+    for system in PEER_SYSTEMS:
+        if system.name in case["skipped"]:
+            assert "is not installed" in case["skipped"][system.name], case["skipped"][system.name]
+        else:
+            assert case["rounds"][system.name][0] > 0
+    for name, rates in case["rounds"].items():
+        assert len(case["cpu_ms_per_1000_env_steps"][name]) == len(rates)
+        assert case["cpu_ms_per_1000_env_steps"][name][0] > 0, name
+    assert "CPU ms / 1k steps" in (tmp_path / "results.md").read_text()

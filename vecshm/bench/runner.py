@@ -55,6 +55,7 @@ def measure_steps(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seco
     The loop adds as little as a loop can: the clock is read once every ``CLOCK_EVERY`` steps
     once a first step showed how long one takes, and the actions cycle through a prepared list."""
     n_envs = stepper.envs_per_step or n_envs
+    counted = stepper.env_steps() if stepper.env_steps is not None else 0
     step, cycle = stepper.step, len(actions)
     clock = time.perf_counter
     start = clock()
@@ -68,6 +69,8 @@ def measure_steps(stepper: Stepper, actions: list[np.ndarray], n_envs: int, seco
         steps += every
         elapsed = clock() - start
         if elapsed >= seconds and steps >= 3:
+            if stepper.env_steps is not None:
+                return stepper.env_steps() - counted, elapsed
             return steps * n_envs, elapsed
 
 

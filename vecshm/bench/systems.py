@@ -2,53 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vecshm.bench.peers import PEER_SYSTEMS
+from vecshm.bench.stepper import Stepper, System
 from vecshm.bench.workloads import Workload
 
 __all__ = ["System", "SYSTEMS", "Stepper", "envpool_like_ale_v5", "get_systems"]
-
-
-class Stepper:
-    """A built vectorizer: ``step`` runs one batch of ``envs_per_step`` env-steps; ``close`` releases it."""
-
-    def __init__(
-        self, env: Any, step: Callable[[np.ndarray], Any], reset: Callable[[], Any], envs_per_step: int | None = None
-    ) -> None:
-        self.env = env
-        self.step = step
-        self.reset = reset
-        self.envs_per_step = envs_per_step
-
-    def close(self) -> None:
-        self.env.close()
-
-
-@dataclass(frozen=True)
-class System:
-    name: str
-    build: Callable[[Workload, int], Stepper]
-    requires: tuple[str, ...] = ()
-    default: bool = True  # part of the default comparison (others are chosen with --systems)
-
-    def available(self, workload: Workload) -> str | None:
-        """None if this system can run ``workload`` here, else the reason it is skipped."""
-        for module in self.requires:
-            if importlib.util.find_spec(module) is None:
-                return f"{module} is not installed"
-        if self.name.startswith("EnvPool") and not workload.atari:
-            return "EnvPool only runs its own (Atari) envs"
-        return None
-
-    def available_for(self, workload: Workload, n_envs: int) -> str | None:
-        if "async" in self.name and (n_envs < 2 or n_envs % 2):
-            return "async batches of n/2 need an even n_envs"
-        return self.available(workload)
 
 
 def _stepper(venv: Any) -> Stepper:
@@ -62,6 +25,13 @@ def _shm(**options: Any) -> Callable[[Workload, int], Stepper]:
         return _stepper(ShmVecEnv(workload.factories(n_envs), **options))
 
     return build
+
+
+def _shm_one_process(workload: Workload, n_envs: int) -> Stepper:
+    """Every env in one worker process: the configuration PufferLib's one-worker row has."""
+    from vecshm import ShmVecEnv
+
+    return _stepper(ShmVecEnv(workload.factories(n_envs), envs_per_worker=n_envs))
 
 
 def shm_vector(**options: Any) -> Callable[[Workload, int], Stepper]:
@@ -201,6 +171,7 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
+        System("vecshm ShmVecEnv (1 worker process)", _shm_one_process),
         System("vecshm ShmVectorEnv", shm_vector()),
         System("vecshm ShmVectorEnv async (batch n/2)", shm_async()),
         System("vecshm ShmVectorEnv async restart (batch n/2)", shm_async(on_worker_failure="restart"), default=False),
@@ -212,6 +183,7 @@ SYSTEMS: dict[str, System] = {
         System("Gymnasium SyncVectorEnv", _gym_sync),
         System("EnvPool", envpool_sync, ("envpool",)),
         System("EnvPool async (batch n/2)", envpool_async, ("envpool",)),
+        *PEER_SYSTEMS,
     ]
 }
 

@@ -32,7 +32,7 @@ class Workload:
     baseline: str = "SB3 SubprocVecEnv"  # what the table's ratios divide by
 
     def factory(self) -> Callable[[], gym.Env]:
-        return functools.partial(_make, self.env_id, dict(self.kwargs), self.atari)
+        return functools.partial(make_env, self.env_id, dict(self.kwargs), self.atari)
 
     def factories(self, n_envs: int) -> list[Callable[[], gym.Env]]:
         return [self.factory() for _ in range(n_envs)]
@@ -71,13 +71,13 @@ class Workload:
 
 
 def _atari_space(workload: Workload) -> gym.Space:
-    env = _make(workload.env_id, dict(workload.kwargs), True)
+    env = make_env(workload.env_id, dict(workload.kwargs), True)
     space = env.action_space
     env.close()
     return space
 
 
-def _make(env_id: str, kwargs: dict, atari: bool) -> gym.Env:
+def make_env(env_id: str, kwargs: dict, atari: bool) -> gym.Env:
     if atari:
         import ale_py
 

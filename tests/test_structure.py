@@ -9,6 +9,7 @@ from the source with ``ast``: nothing is imported to check it.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,7 @@ def test_only_parent_control_touches_the_control_words_on_the_parent_s_side(path
 TESTS = Path(__file__).parent
 
 
+@functools.cache
 def _private_names() -> set[str]:
     """Names vecshm keeps private: underscored attributes it sets, and underscored functions,
     methods and classes it defines (dunders aside)."""

@@ -27,16 +27,12 @@ class CpuMeter:
     def __init__(self, pids: set[int]) -> None:
         self._me = psutil.Process()
         self._processes: list[psutil.Process] = []
-        for pid in sorted(pids):
+        for pid in pids:
             try:
                 self._processes.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 pass
         self._last = {process.pid: 0.0 for process in self._processes}
-
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self._processes]
 
     def seconds(self) -> float:
         """User and system CPU seconds, this process and the system's, since they started."""

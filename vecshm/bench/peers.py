@@ -84,14 +84,13 @@ def tianshou_shmem(wait: bool) -> Callable[[Workload, int], Stepper]:
         env = ShmemVectorEnv(workload.factories(n_envs), wait_num=n_envs // 2 if wait else None)
         if not wait:
             return Stepper(env, env.step, env.reset)
-        ready = np.arange(n_envs)
-        counted = [0]
+        ready, counted = np.arange(n_envs), 0
 
         def step(actions: np.ndarray) -> Any:
-            nonlocal ready
+            nonlocal ready, counted
             result = env.step(actions[: len(ready)], ready)
             ready = np.array([info["env_id"] for info in result[-1]])
-            counted[0] += len(ready)
+            counted += len(ready)
             return result
 
         def reset() -> None:
@@ -99,7 +98,7 @@ def tianshou_shmem(wait: bool) -> Callable[[Workload, int], Stepper]:
             env.reset()  # (waits for every env: nothing is left in flight)
             ready = np.arange(n_envs)
 
-        return Stepper(env, step, reset, env_steps=lambda: counted[0])
+        return Stepper(env, step, reset, env_steps=lambda: counted)
 
     return build
 
@@ -116,15 +115,16 @@ def torchrl_parallel(workload: Workload, n_envs: int) -> Stepper:
     from torchrl.envs import ParallelEnv
 
     env = ParallelEnv(n_envs, functools.partial(_torchrl_env, workload.env_id, dict(workload.kwargs), workload.atari))
-    state: dict[str, Any] = {}
+    td: Any = None  # the next step's input, as the last step (or the reset) left it
 
     def reset() -> None:
-        state["td"] = env.reset()
+        nonlocal td
+        td = env.reset()
 
     def step(actions: np.ndarray) -> Any:
-        td = state["td"]
+        nonlocal td
         td.set("action", torch.as_tensor(actions))
-        out, state["td"] = env.step_and_maybe_reset(td)
+        out, td = env.step_and_maybe_reset(td)
         return out
 
     return Stepper(env, step, reset)

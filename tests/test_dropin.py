@@ -168,7 +168,10 @@ def test_actions_reach_the_env_in_the_callers_dtype_as_in_async_vector_env():
         ours.reset()
         reference.reset()
         for name, actions in ACTION_BATCHES.items():
-            assert_tree_equal(ours.step(actions)[4], reference.step(actions)[4], name)
+            # twice, the second time with other values: a batch like the last one is written
+            # without its checks' dispatch, and must still reach the envs as the peer's does
+            for batch in (actions, actions[::-1] * 0.5):
+                assert_tree_equal(ours.step(batch)[4], reference.step(batch)[4], name)
 
 
 def test_actions_reach_the_env_in_the_callers_dtype_as_in_subproc_vec_env():
@@ -177,8 +180,9 @@ def test_actions_reach_the_env_in_the_callers_dtype_as_in_subproc_vec_env():
         ours.reset()
         reference.reset()
         for dtype in (np.int64, np.int32, np.uint8):
-            actions = np.array([2, 1], dtype=dtype)
-            assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), str(dtype))
+            for values in ([2, 1], [0, 2]):  # (the second batch repeats the first's shape and dtype)
+                actions = np.array(values, dtype=dtype)
+                assert_tree_equal(ours.step(actions)[3], list(reference.step(actions)[3]), str(dtype))
 
 
 def failures_as_logged(cls: type, call: Any, envs_per_worker: dict) -> tuple[list[str], BaseException]:

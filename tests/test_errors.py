@@ -80,6 +80,8 @@ def test_box_actions_of_the_wrong_kind_are_rejected():
     fns = [make_space_env("box_f32", "box") for _ in range(2)]
     with ShmVecEnv(fns) as venv:
         venv.reset()
+        for _ in range(2):  # batches like the last one skip the dispatch of the checks, not the checks
+            venv.step(np.zeros((2, 2), np.float32))
         with pytest.raises(ValueError, match=r"shape \(2, 3\), expected \(2, 2\)"):
             venv.step(np.zeros((2, 3), np.float32))
         with pytest.raises(ValueError, match="dtype"):
@@ -89,6 +91,8 @@ def test_box_actions_of_the_wrong_kind_are_rejected():
         with pytest.raises(ValueError, match=r"envs \[1\] contain NaN"):
             venv.step(nan)
         venv.step(np.zeros((2, 2), np.float32))  # the workers are untouched
+        with pytest.raises(ValueError, match=r"envs \[1\] contain NaN"):
+            venv.step(nan)  # (right after a batch of its shape and dtype)
 
 
 @pytest.mark.parametrize("fault", ["bad_shape", "bad_dtype", "bad_type"])

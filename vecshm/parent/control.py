@@ -80,8 +80,8 @@ class ControlWords:
             b.prev_slot[:] = b.obs_slot
             b.obs_slot[:] = slot
             b.cmd[:] = int(command)
-            b.cmd_seq += 1
-            expected = b.cmd_seq.copy()
+            expected = b.cmd_seq + 1  # (one new array, not an in-place add and a copy)
+            b.cmd_seq[:] = expected
             for bell in self._doorbells:
                 bell.ring()
         else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
@@ -123,10 +123,12 @@ class ControlWords:
     def finished(self, need: int | None = None) -> Ready:
         """``ready`` for a wait: the first ``need`` (default: all) of a ticket's workers to have
         finished, in the ticket's order, once that many have."""
-        done_seq = self._b.done_seq
+        done_seq, every = self._b.done_seq, self._plan.all_workers
 
         def finished(ticket: Ticket) -> np.ndarray | None:
             workers = ticket.workers
+            if workers is every and need is None:  # a whole batch (a sync step): compare the words as lists
+                return workers if done_seq.tolist() == ticket.expected.tolist() else None
             n = len(workers) if need is None else need
             done = workers[done_seq[workers] == ticket.expected]
             return done[:n] if len(done) >= n else None

@@ -55,11 +55,15 @@ def checked_actions(leaf: Leaf, value: Any, count: int, space: spaces.Space) -> 
     elif leaf.dtype.kind == "f" and array.dtype.kind not in "fiub":
         raise ValueError(f"actions{where} have dtype {array.dtype}, but {space} takes {leaf.dtype} values")
     if array.dtype.kind == "f":
-        bad = ~np.isfinite(array)
-        if bad.any():
-            envs = np.flatnonzero(bad.reshape(count, -1).any(axis=1)).tolist()
-            raise ValueError(f"actions{where} for envs {envs} contain NaN or inf; nothing was sent to the workers")
+        _check_finite(array, where)
     return array
+
+
+def _check_finite(array: np.ndarray, where: str) -> None:
+    bad = ~np.isfinite(array)
+    if bad.any():
+        envs = np.flatnonzero(bad.reshape(len(array), -1).any(axis=1)).tolist()
+        raise ValueError(f"actions{where} for envs {envs} contain NaN or inf; nothing was sent to the workers")
 
 
 class ActionWriter:
@@ -81,11 +85,23 @@ class ActionWriter:
         self.codes = [{dtype: code for code, dtype in enumerate(action_dtypes(leaf))} for leaf in spec.action_fixed]
         self.scalar_rows_ok = [scalar_rows_allowed(leaf) for leaf in spec.action_fixed]
         self.written: list[int | None] = [None] * len(spec.action_fixed)  # the code every env holds, if one
+        # A whole batch of one array, as the last one was (shape, dtype, the code of the view it went
+        # to): the next such batch needs only its values checked (floats) and copied (see ``write``).
+        # (A code, not the view: nothing here may keep the segment mapped after close.)
+        self._repeat: tuple[tuple[int, ...], np.dtype, int] | None = None
 
     def write(self, actions: Any, env_ids: np.ndarray | None = None) -> dict[int, list[Any]] | None:
         """Check ``actions`` (one row per env in ``env_ids``, default every env) and write their
         fixed leaves into the envs' rows; the dynamic leaves' values by env, to travel with the
         command, or None. Nothing is written when the check fails."""
+        repeat = self._repeat
+        if repeat is not None and env_ids is None and type(actions) is np.ndarray:
+            shape, dtype, code = repeat
+            if actions.shape == shape and actions.dtype == dtype:  # what the full checks passed last time
+                if dtype.kind == "f":
+                    _check_finite(actions, "")
+                self.buffers.actions[0][code][...] = actions
+                return None
         count = self.spec.num_envs if env_ids is None else len(env_ids)
         if not isinstance(actions, np.ndarray):
             actions = host_arrays(actions)  # torch tensors, on any device
@@ -134,6 +150,13 @@ class ActionWriter:
             if env_ids is not None or self.written[i] != code:
                 b.action_code_columns[i][rows] = code
                 self.written[i] = code if env_ids is None else None
+        # A whole batch of one array written as given (not reshaped from scalar rows, nor converted)
+        # needs only its values checked next time (see ``write``).
+        self._repeat = None
+        if env_ids is None and len(values) == 1 and not self.structured and not self.spec.action_dynamic:
+            value = values[0]
+            if type(value) is np.ndarray and value.dtype == array.dtype and value.shape == array.shape:
+                self._repeat = (value.shape, value.dtype, code)
 
 
 def _is_scalar(value: Any) -> bool:

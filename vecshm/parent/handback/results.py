@@ -14,6 +14,8 @@ passed (:mod:`vecshm.parent.handback.delivery`).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -264,31 +266,31 @@ class _Grant:
         self._release()
 
 
-class _Lease:
-    """Keeps a grant (and the mapping under it) alive while any array viewing its bytes lives."""
-
-    __slots__ = ("__array_interface__", "_grant", "_mapping")
-
-    def __init__(self, address: int, dtype: np.dtype, shape: tuple[int, ...], grant: _Grant, mapping: object) -> None:
-        self.__array_interface__ = {
-            "shape": shape,
-            "typestr": dtype.str,
-            "data": (address, False),
-            "version": 3,
-        }
-        self._grant = grant
-        self._mapping = mapping  # an array exported from the mmap: the mapping cannot be closed under us
+@functools.lru_cache(maxsize=256)
+def _span(nbytes: int) -> type[ctypes.Array[ctypes.c_char]]:
+    """The ctypes type of ``nbytes`` bytes: its instances, made at an address, are the leases."""
+    return ctypes.c_char * nbytes
 
 
-Region = tuple[int, np.dtype, tuple[int, ...]]  # address, dtype, shape of a C-contiguous array
+Region = tuple[int, np.dtype, tuple[int, ...], int]  # address, dtype, shape and size of a C-contiguous array
 
 
 def lend_arrays(regions: list[Region], mapping: object, release: Callable[[], None]) -> list[np.ndarray]:
     """Arrays over ``regions`` of ``mapping``, made as they will be returned (no view or reshape
     after: a microsecond a batch); ``release()`` runs once every array, and everything viewing
-    one, has been garbage collected."""
+    one, has been garbage collected.
+
+    Each array's base is a lease: a ctypes object over its bytes, which holds the grant (and the
+    mapping: an array exported from the mmap, so that it cannot be closed under us). Made at an
+    address, it is the cheapest buffer NumPy will take that can carry them.
+    """
     grant = _Grant(release)
-    return [np.asarray(_Lease(address, dtype, shape, grant, mapping)) for address, dtype, shape in regions]
+    arrays = []
+    for address, dtype, shape, nbytes in regions:
+        lease = _span(nbytes).from_address(address)
+        lease.__dict__["holds"] = (grant, mapping)
+        arrays.append(np.ndarray(shape, dtype, lease))
+    return arrays
 
 
 class ObservationSlots:
@@ -302,13 +304,16 @@ class ObservationSlots:
         base = buffers.mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
         if not first:  # every observation leaf is dynamic (pickled): nothing to lend
-            self._leaves, self._addresses = [], []
+            self._regions = []
             self.free: list[int] = []
             return
         start = first[0].offset
-        self._leaves = [(f.offset - start, f.dtype, f.shape) for f in first]  # the same in every slot
         span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
-        self._addresses = [base + spec.slot_fields(plan, slot)[0].offset for slot in range(spec.obs_slots)]
+        # each slot's leaves, as lend_arrays takes them (slot 0, never lent, included for the indices)
+        self._regions: list[list[Region]] = [
+            [(base + f.offset, f.dtype, f.shape, f.nbytes) for f in spec.slot_fields(plan, slot)]
+            for slot in range(spec.obs_slots)
+        ]
         lendable = range(spec.obs_slots - 1, 0, -1) if span >= min_bytes else ()
         # the free lendable slots: ``free.pop()`` takes one (the lowest: fewest pages touched), as
         # :meth:`acquire` does; the run object pops it itself on the step path (one call fewer)
@@ -320,9 +325,7 @@ class ObservationSlots:
 
     def lend(self, slot: int) -> list[np.ndarray]:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
-        base = self._addresses[slot]
-        regions = [(base + start, dtype, shape) for start, dtype, shape in self._leaves]
-        return lend_arrays(regions, self._mapping, lambda: self.free.append(slot))
+        return lend_arrays(self._regions[slot], self._mapping, lambda: self.free.append(slot))
 
     def release(self, slot: int) -> None:
         """Give back a slot that was acquired but never lent (the command failed)."""

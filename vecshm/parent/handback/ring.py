@@ -149,7 +149,9 @@ class UnitRing:
                 leases[u] += 1
             self._lent_units += newly
             start = units[0] * r + first
-            regions = [(base + start * row, dtype, (rows, *shape)) for base, row, dtype, shape in self._leaves]
+            regions = [
+                (base + start * row, dtype, (rows, *shape), rows * row) for base, row, dtype, shape in self._leaves
+            ]
             release = self._release_whole if whole else self._release
             return lend_arrays(regions, self._mapping, lambda: release(units))
         if count == 1:

@@ -166,6 +166,8 @@ class ControlWords:
 
     def statuses(self, workers: np.ndarray) -> list[int]:
         """The status each of ``workers`` published with its last command (:class:`Status`)."""
+        if workers is self._plan.all_workers:
+            return self._b.status.tolist()
         return self._b.status[workers].tolist()
 
     def slot(self, w: int) -> int:

@@ -139,10 +139,10 @@ class ShmVecEnv(RunProperties, VecEnv):
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         self.waiting = False
         batch = self._run.finish()
-        obs, rewards, terminated, truncated, infos = self._results(batch, device=False)
-        return obs, rewards, terminated | truncated, infos
+        obs, rewards, dones, _, _, infos = self._results(batch, device=False)
+        return obs, rewards, dones, infos
 
-    def _results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, list]:
+    def _results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
         """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
         the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
 
@@ -152,10 +152,11 @@ class ShmVecEnv(RunProperties, VecEnv):
         ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
         dones = terminated | truncated
         infos = batch.infos()
-        for info, done in zip(infos, dones.tolist()):
+        flags = dones.tolist()
+        for info, done in zip(infos, flags):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
-        ended = dones.nonzero()[0].tolist()
+        ended = [k for k, done in enumerate(flags) if done] if True in flags else []
         final_infos = batch.infos([ids[k] for k in ended], "final") if ended else []
         for k, step_info in zip(ended, final_infos):
             i = ids[k]
@@ -169,8 +170,9 @@ class ShmVecEnv(RunProperties, VecEnv):
                     infos[k]["worker_restarted"] = True
         rewards = batch.stacked_rewards()
         if device:
-            return (*self._run.step_results(batch, rewards, self.copy), infos)
-        return batch.observations(self.copy), rewards, batch.terminated, batch.truncated, infos
+            obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)
+            return obs, rewards, dones, terminated, truncated, infos
+        return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 
@@ -194,7 +196,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         """
         self._run.check_usable()
         batch = self._run.recv()
-        obs, rewards, terminated, truncated, infos = self._results(batch, device=True)
+        obs, rewards, _, terminated, truncated, infos = self._results(batch, device=True)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def reset(self) -> VecEnvObs:

@@ -129,11 +129,12 @@ class EnvRunner:
         rewards, terminated, truncated, observations = [], [], [], []
         failures: list[RemoteError] = []
         b.final_info_len[start:stop] = INFO_EMPTY
+        progress, me, step_one = b.progress, self.spec.worker, self._step_one  # (looked up once, not per env)
         for offset, env in enumerate(self.envs):
             index = start + offset
-            b.progress[self.spec.worker] = index
+            progress[me] = index
             try:
-                obs, reward, term, trunc = self._step_one(offset, env, index, action_of)
+                obs, reward, term, trunc = step_one(offset, env, index, action_of)
             except Exception as exc:
                 failures.append(RemoteError(exc, index, Phase.STEP))
                 obs, reward, term, trunc = UNCHANGED, 0.0, False, False
@@ -178,7 +179,10 @@ class EnvRunner:
                 elif self.autoreset is AutoReset.NEXT_STEP:
                     self.needs_reset[offset] = True
         self.last_obs[offset] = obs
-        self._write_info(Arena.INFO, index, info)
+        if info:
+            self._write_info(Arena.INFO, index, info)
+        else:  # (most steps: no call)
+            self.buffers.info_len[index] = INFO_EMPTY
         return obs, reward, term, trunc
 
     def reset_ended_ahead(self) -> None:
@@ -219,7 +223,14 @@ class EnvRunner:
         else:
             arrays, first, unit = b.obs_slots[slot], start, None
         failures = []
+        one = self.single_obs_leaf
+        if one:
+            leaf = self.obs_leaves[0]
+            target, shape, dtype = arrays[0], leaf.shape, leaf.dtype
         for offset, obs in enumerate(observations):
+            if one and type(obs) is np.ndarray and obs.shape == shape and obs.dtype == dtype:
+                target[first + offset] = obs  # the common case: one memcpy, nothing to check
+                continue
             if obs is UNCHANGED:
                 continue
             try:
@@ -232,12 +243,7 @@ class EnvRunner:
 
     def _write_obs(self, arrays: list[np.ndarray], row: int, index: int, obs: Any) -> None:
         """Write env ``index``'s observation: fixed leaves at ``row`` of ``arrays``, dynamic ones
-        pickled into its arena slot."""
-        if self.single_obs_leaf:
-            leaf = self.obs_leaves[0]
-            if type(obs) is np.ndarray and obs.shape == leaf.shape and obs.dtype == leaf.dtype:
-                arrays[0][row] = obs  # the common case: one memcpy, nothing to check
-                return
+        pickled into its arena slot. (A single leaf of the right shape and dtype is written by the caller.)"""
         try:
             values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
             if self.obs_dynamic:

@@ -68,6 +68,11 @@ class ControlWords:
         """``doorbells``: each process's (a restart keeps its process's); ``timed``: commands record
         when they were sent (a ``step_timeout`` is set)."""
         self._b, self._plan, self._doorbells, self._timed = buffers, plan, doorbells, timed
+        # What every worker's words hold, when whole batches wrote them last: the slot (``obs_slot``),
+        # and whether ``prev_slot`` and ``cmd`` hold that slot and this command too. A whole batch
+        # like the last rewrites none of them (async batches and close() forget them).
+        self._all_slot: int | None = None
+        self._settled: tuple[int, Command] | None = None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -77,14 +82,19 @@ class ControlWords:
         its doorbell rings: the segment is the record of what was sent."""
         b = self._b
         if workers is self._plan.all_workers:  # whole-array writes
-            b.prev_slot[:] = b.obs_slot
-            b.obs_slot[:] = slot
-            b.cmd[:] = int(command)
+            settled = (slot, command)
+            if self._settled != settled:
+                b.prev_slot[:] = b.obs_slot
+                b.obs_slot[:] = slot
+                b.cmd[:] = int(command)
+                self._settled = settled if self._all_slot == slot else None
+                self._all_slot = slot
             expected = b.cmd_seq + 1  # (one new array, not an in-place add and a copy)
             b.cmd_seq[:] = expected
             for bell in self._doorbells:
                 bell.ring()
         else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
+            self._all_slot = self._settled = None
             ids = workers.tolist()
             for w in ids:
                 b.prev_slot[w] = b.obs_slot[w]
@@ -100,6 +110,7 @@ class ControlWords:
     def close(self, p: int) -> None:
         """Ask process ``p``'s workers to close their envs and exit (their last command)."""
         first, last = self._plan.lanes[p]
+        self._settled = None
         self._b.cmd[first:last] = Command.CLOSE
         self._b.cmd_seq[first:last] += 1
         self._doorbells[p].ring()

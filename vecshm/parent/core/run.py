@@ -146,12 +146,13 @@ class VecRun:
         if ticket is None:
             raise NoAsyncCallError("finish() was called with no command pending")
         engine, slot = self._engine, ticket.slot
+        lent = engine.slots.lend(slot) if slot > 0 else None  # made while the workers run, not after
         try:
             collected = engine.waiter.collect(ticket, engine.words.finished(), timeout, engine.policy)
         except BaseException:
-            engine.slots.release(slot)  # nobody will read it; the workers finish before their next command
+            lent = None  # (the slot goes back with its arrays: nobody will read it)
             raise
-        return Batch(engine.reader, None, collected.extras, engine.slots.lend(slot) if slot > 0 else None)
+        return Batch(engine.reader, None, collected.extras, lent)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 

@@ -99,6 +99,7 @@ def test_training_benchmark_times_learn_and_the_vec_env_inside_it(tmp_path, caps
         ["info_columns.py", "--envs", "2", "--rounds", "1"],
         ["parent_core.py", "-w", "vector", "-n", "4", "-r", "1", "--seconds", "0.2"],
         ["command_granularity.py", "-n", "4", "-k", "2", "-b", "4", "-r", "1", "--seconds", "0.2"],
+        ["step_timeline.py", "gym", "4", "300"],
     ],
     ids=lambda script: script[0],
 )

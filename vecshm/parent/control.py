@@ -73,6 +73,7 @@ class ControlWords:
         # like the last rewrites none of them (async batches and close() forget them).
         self._all_slot: int | None = None
         self._settled: tuple[int, Command] | None = None
+        self._all_finished = self._finished(None)  # (the sync step's, made once)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -134,10 +135,14 @@ class ControlWords:
     def finished(self, need: int | None = None) -> Ready:
         """``ready`` for a wait: the first ``need`` (default: all) of a ticket's workers to have
         finished, in the ticket's order, once that many have."""
-        done_seq, every = self._b.done_seq, self._plan.all_workers
+        return self._all_finished if need is None else self._finished(need)
+
+    def _finished(self, need: int | None) -> Ready:
+        # (the buffers, not their view: a function kept for good must not keep the segment mapped)
+        b, every = self._b, self._plan.all_workers
 
         def finished(ticket: Ticket) -> np.ndarray | None:
-            workers = ticket.workers
+            done_seq, workers = b.done_seq, ticket.workers
             if workers is every and need is None:  # a whole batch (a sync step): compare the words as lists
                 return workers if done_seq.tolist() == ticket.expected.tolist() else None
             n = len(workers) if need is None else need

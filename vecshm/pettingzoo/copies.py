@@ -208,6 +208,6 @@ def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool, reward
         terminated[span] = False
         truncated[span] = np.asarray(last["present"], dtype=bool)
     return Rows(
-        ids, _flat(copies["obs"], rows), rewards, terminated, truncated, present, finals, infos, final_infos,
+        list(ids), _flat(copies["obs"], rows), rewards, terminated, truncated, present, finals, infos, final_infos,
         restarted,
     )  # fmt: skip

@@ -141,8 +141,9 @@ class ActionWriter:
                 leaf, np.reshape(value, (count, *leaf.shape)) if scalar_rows else value, count, self.space
             )
             codes = self.codes[i]
-            code = codes.get(array.dtype)
-            if code is None:  # a dtype without a view of its own: the space's dtype carries it
+            if array.dtype in codes:
+                code = codes[array.dtype]
+            else:  # a dtype without a view of its own: the space's dtype carries it
                 array, code = array.astype(leaf.dtype), codes[leaf.dtype]
             if scalar_rows:
                 array, code = array.reshape(count), code + len(codes)

@@ -57,6 +57,7 @@ class ResultReader:
         obs_leaves = self.spec.obs_leaves
         self.one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
         self._stacked_dtypes: dict[bytes, np.dtype] = {}  # the reward codes of a batch -> np.stack's dtype
+        self.all_ids: tuple[int, ...] = tuple(range(self.num_envs))  # a whole batch's ids, made once
 
     def stacked_reward_dtype(self, env_ids: np.ndarray | None) -> np.dtype:
         """The dtype ``np.stack`` gives the latest rewards of ``env_ids`` (None: every env), from the
@@ -130,6 +131,8 @@ class ResultReader:
         """Info dicts of ``env_ids`` (``kind="final"``: of the episodes that ended)."""
         lengths, arena = self._info_arena(kind)
         sizes = lengths.tolist()
+        if not any(sizes):  # (INFO_EMPTY is 0) no env returned an info: the usual step
+            return [{} for _ in env_ids]
         row_bytes = arena.shape[1]
         out: list[dict[str, Any]] = []
         for i in env_ids:
@@ -179,7 +182,7 @@ class Batch:
         b = reader.buffers
         self.env_ids = env_ids
         if env_ids is None:
-            self.ids: list[int] = list(range(reader.num_envs))
+            self.ids: Sequence[int] = reader.all_ids
             self.rewards, self.terminated, self.truncated = b.rewards.copy(), b.terminated.copy(), b.truncated.copy()
         else:  # indexing with an array copies
             self.ids = env_ids.tolist()
@@ -303,14 +306,14 @@ class ObservationSlots:
         self._mapping: np.ndarray | None = buffers.mapping  # None once closed
         base = buffers.mapping.ctypes.data
         first = spec.slot_fields(plan, 0)
+        self._regions: list[list[Region]] = []
+        self.free: list[int] = []
         if not first:  # every observation leaf is dynamic (pickled): nothing to lend
-            self._regions = []
-            self.free: list[int] = []
             return
         start = first[0].offset
         span = first[-1].offset + first[-1].nbytes - start  # bytes of one batch, all leaves
         # each slot's leaves, as lend_arrays takes them (slot 0, never lent, included for the indices)
-        self._regions: list[list[Region]] = [
+        self._regions = [
             [(base + f.offset, f.dtype, f.shape, f.nbytes) for f in spec.slot_fields(plan, slot)]
             for slot in range(spec.obs_slots)
         ]

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 
 from vecshm.bench.cli import main
+from vecshm.bench.cpu import CpuMeter
 from vecshm.bench.systems import get_systems
 
 pytestmark = pytest.mark.slow  # benchmarks run for seconds, some as scripts of their own
@@ -191,3 +195,31 @@ def test_every_peer_runs_on_tiny_sizes_or_says_why_not_with_a_cpu_figure_per_row
         assert len(case["cpu_ms_per_1000_env_steps"][name]) == len(rates)
         assert case["cpu_ms_per_1000_env_steps"][name][0] > 0, name
     assert "CPU ms / 1k steps" in (tmp_path / "results.md").read_text()
+
+
+def _spin_then_block(spins: int, done: Any) -> None:
+    """Burn CPU for ``spins`` loop turns, say so, then block for good (as a spinner that stopped)."""
+    total = 0
+    for k in range(spins):
+        total += k
+    done.send(total)
+    done.recv()  # never comes: the test ends the process
+
+
+def test_the_bench_waits_for_a_system_s_spinners_before_measuring_the_next():
+    """PufferLib's workers spin for half a second after their last step; measured next, vecshm's
+    first row lost a third of its rate. ``CpuMeter.settle`` returns once the system's processes are
+    idle, and only then (the process here is idle once it has said it stopped spinning)."""
+    ours, theirs = multiprocessing.Pipe()
+    spinner = multiprocessing.get_context("fork").Process(target=_spin_then_block, args=(30_000_000, theirs))
+    spinner.start()
+    try:
+        meter = CpuMeter({spinner.pid})
+        waited = meter.settle(limit=60.0)
+        assert ours.poll(0), f"settle() returned after {waited:.2f} s, while the process still spun"
+        assert waited < 60.0
+        spun = psutil.Process(spinner.pid).cpu_times()
+        assert spun.user + spun.system > 0.1  # (it did spin for a while: this test checks something)
+    finally:
+        spinner.kill()
+        spinner.join()

@@ -5,10 +5,15 @@ taking the cores a learner would use. So every measurement also reads the CPU ti
 system, of the benchmark's own process (all its threads) and of the processes the system started
 (found as the descendants that appeared while it was built: workers, a forkserver, Ray's
 processes), and reports it per 1,000 env-steps. Processes other systems started are left out,
-though they share the machine: in interleaved rounds they are idle while this one runs.
+though they share the machine: in interleaved rounds they are idle while this one runs, because
+after each measurement the bench waits for the measured system to go idle (:meth:`CpuMeter.settle`)
+and counts what it spent meanwhile as its own. (PufferLib's workers spin for half a second after
+their last step: measured right after them, vecshm's first row lost a third of its rate.)
 """
 
 from __future__ import annotations
+
+import time
 
 import psutil
 
@@ -46,3 +51,16 @@ class CpuMeter:
                 pass
             total += self._last[process.pid]
         return total
+
+    def settle(self, interval: float = 0.05, idle_share: float = 0.05, limit: float = 2.0) -> float:
+        """Wait until the processes measured use under ``idle_share`` of one core over ``interval``
+        seconds (their spinners stopped), at most ``limit`` seconds; the seconds waited."""
+        waited, last = 0.0, self.seconds()
+        while waited < limit:
+            time.sleep(interval)
+            waited += interval
+            now = self.seconds()
+            if now - last < idle_share * interval:
+                break
+            last = now
+        return waited

@@ -162,6 +162,7 @@ def run_case(
                 continue
             built[system.name] = stepper
             meters[system.name] = CpuMeter(descendants() - before)
+            meters[system.name].settle()  # (its spinners must not take the cores from the next build or round)
             case.rounds[system.name], case.cpu[system.name] = [], []
         if ideal:
             progress("starting ideal processes")
@@ -180,6 +181,8 @@ def run_case(
                 else:
                     env_steps, elapsed = measure_steps(runner, actions, n_envs, seconds)
                     rate = env_steps / elapsed
+                # What the system spends until it is idle is its own, and must not slow the next one.
+                meters[name].settle()
                 case.rounds[name].append(rate)
                 case.cpu[name].append(1e6 * (meters[name].seconds() - cpu) / max(env_steps, 1))  # ms per 1,000
     finally:

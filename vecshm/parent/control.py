@@ -68,11 +68,10 @@ class ControlWords:
         """``doorbells``: each process's (a restart keeps its process's); ``timed``: commands record
         when they were sent (a ``step_timeout`` is set)."""
         self._b, self._plan, self._doorbells, self._timed = buffers, plan, doorbells, timed
-        # What every worker's words hold, when whole batches wrote them last: the slot (``obs_slot``),
-        # and whether ``prev_slot`` and ``cmd`` hold that slot and this command too. A whole batch
-        # like the last rewrites none of them (async batches and close() forget them).
-        self._all_slot: int | None = None
-        self._settled: tuple[int, Command] | None = None
+        # ``(prev_slot, obs_slot, cmd)`` as every worker holds them, when a whole batch wrote them last
+        # (None: unknown, after async batches and close()). A whole batch that would write the same
+        # words rewrites none of them.
+        self._held: tuple[int | None, int, Command] | None = None
         self._all_finished = self._finished(None)  # (the sync step's, made once)
 
     # -- writing ----------------------------------------------------------------------------------
@@ -83,19 +82,18 @@ class ControlWords:
         its doorbell rings: the segment is the record of what was sent."""
         b = self._b
         if workers is self._plan.all_workers:  # whole-array writes
-            settled = (slot, command)
-            if self._settled != settled:
+            held = self._held
+            if held != (slot, slot, command):
                 b.prev_slot[:] = b.obs_slot
                 b.obs_slot[:] = slot
                 b.cmd[:] = int(command)
-                self._settled = settled if self._all_slot == slot else None
-                self._all_slot = slot
+                self._held = (None if held is None else held[1], slot, command)
             expected = b.cmd_seq + 1  # (one new array, not an in-place add and a copy)
             b.cmd_seq[:] = expected
             for bell in self._doorbells:
                 bell.ring()
         else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
-            self._all_slot = self._settled = None
+            self._held = None
             ids = workers.tolist()
             for w in ids:
                 b.prev_slot[w] = b.obs_slot[w]
@@ -111,7 +109,7 @@ class ControlWords:
     def close(self, p: int) -> None:
         """Ask process ``p``'s workers to close their envs and exit (their last command)."""
         first, last = self._plan.lanes[p]
-        self._settled = None
+        self._held = None
         self._b.cmd[first:last] = Command.CLOSE
         self._b.cmd_seq[first:last] += 1
         self._doorbells[p].ring()

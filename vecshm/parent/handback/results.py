@@ -330,11 +330,6 @@ class ObservationSlots:
         """Arrays (one per observation leaf) viewing ``slot``, which now belongs to them."""
         return lend_arrays(self._regions[slot], self._mapping, lambda: self.free.append(slot))
 
-    def release(self, slot: int) -> None:
-        """Give back a slot that was acquired but never lent (the command failed)."""
-        if slot:
-            self.free.append(slot)
-
     def close(self) -> None:
         """Drop the engine's own hold on the mapping; lent arrays keep theirs."""
         self._mapping = None

@@ -23,6 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.shared.buffers import FINAL_IN_ROWS
 
 NESTED_OR_DYNAMIC = ["nested"] + [key for key in SPACES if key.startswith("dyn_")]
 STACKED_BY_SUBPROC = ["dyn_text", "dyn_custom"]
@@ -133,6 +134,56 @@ def test_terminal_observation_and_timelimit_flag_follow_sb3():
                     assert not np.array_equal(info["terminal_observation"], obs[i])
                     saw_truncation |= info["TimeLimit.truncated"]
         assert saw_truncation
+
+
+class FinalObsEnv(gym.Env):
+    """Episodes of 3 steps of frame-sized observations, returned as ``kind`` says: exactly the
+    space's array (``exact``), float64 for its float32 (``float64``), or in Fortran order."""
+
+    observation_space = spaces.Box(0, 1000, (160, 210), np.float32)  # larger than an info arena slot
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.t = kind, 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.arange(160 * 210, dtype=np.float64).reshape(160, 210) % 997 + self.t
+        if self.kind == "float64":
+            return obs
+        return np.asfortranarray(obs, np.float32) if self.kind == "fortran" else obs.astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, False, self.t >= 3, {}
+
+
+@pytest.mark.parametrize("kind", ["exact", "float64", "fortran"])
+def test_terminal_observations_come_as_subproc_vec_env_hands_them_on(kind, no_leaks):
+    """The final observation reaches ``terminal_observation`` as the env returned it (its dtype
+    and memory order), as SubprocVecEnv's pickling hands it on; one array exactly of the space's
+    shape and dtype travels in the segment's final rows, not pickled through the worker's socket."""
+    fns = [functools.partial(FinalObsEnv, kind) for _ in range(3)]
+    with ShmVecEnv(fns, envs_per_worker=2) as venv, closing(SubprocVecEnv(fns)) as reference:
+        venv.reset(), reference.reset()
+        for _ in range(3):
+            _, _, dones, infos = venv.step(np.zeros(3, dtype=np.int64))
+            _, _, ref_dones, ref_infos = reference.step(np.zeros(3, dtype=np.int64))
+        assert dones.all() and ref_dones.all()
+        in_rows = venv.segment.final_obs_blob_len == FINAL_IN_ROWS
+        assert in_rows.all() if kind == "exact" else not in_rows.any()
+        for info, ref_info in zip(infos, ref_infos):
+            final, expected = info["terminal_observation"], ref_info["terminal_observation"]
+            assert_tree_equal(final, expected, "terminal observation")
+            assert (final.dtype, final.flags.c_contiguous, final.flags.f_contiguous) == (
+                expected.dtype,
+                expected.flags.c_contiguous,
+                expected.flags.f_contiguous,
+            )
+            assert final.flags.writeable and not np.may_share_memory(final, venv.segment.mapping)  # a copy
 
 
 def test_seed_and_options_apply_to_the_next_reset_only():

@@ -45,3 +45,15 @@ def test_spinning_is_off_without_a_budget():
     calls = []
     assert not Spinner(0.0).spin(lambda: calls.append(1) or False)
     assert calls == []
+
+
+def test_a_floor_covers_outliers_beyond_the_high_end_but_not_waits_too_long_to_spin():
+    # A tight loop's waits of 40 us, steady: the high end alone is about 40 us, so a 300 us outlier
+    # (a garbage collection in the parent, say) would be slept through and cost a wake-up.
+    spinner = _after(np.full(50, 40e-6), cap=1e-3)
+    assert spinner.budget() < 50e-6
+    assert spinner.budget(floor=300e-6) == 300e-6
+    assert spinner.budget(floor=5e-3) == 1e-3  # never beyond the cap
+    assert spinner.budget(limit=150e-6, floor=300e-6) == 150e-6  # ... nor a call's limit
+    # waits typically longer than the cap are not spun, floor or not
+    assert _after(np.full(50, 2e-3), cap=1e-3).budget(floor=300e-6) == 0.0

@@ -19,6 +19,8 @@ __all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_cod
 
 INFO_EMPTY = 0
 INFO_PIPED = -1  # the info did not fit the arena slot and follows on the control socket
+# in ``final_obs_blob_len``: the final observation is in the env's row of ``final_rows``, not pickled
+FINAL_IN_ROWS = -2
 NO_ENV = -1  # in ``progress``: the worker is between commands, no env of it runs
 
 # Actions reach the env in the dtype the caller gave them, as AsyncVectorEnv and SubprocVecEnv pass
@@ -85,6 +87,8 @@ class BufferSpec:
     # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.parent.handback.ring)
     ring_units: int = 0
     unit_rows: int = 0
+    # rows for each env's final observation (autoreset in the same step: SB3's terminal_observation)
+    final_rows: bool = False
     obs_leaves: tuple[Leaf, ...] = field(init=False)  # every leaf, dynamic ones included
     action_leaves: tuple[Leaf, ...] = field(init=False)
     obs_fixed: tuple[Leaf, ...] = field(init=False)  # the leaves that live in shared memory
@@ -137,6 +141,8 @@ class BufferSpec:
         ]
         for prefix in [f"obs{slot}" for slot in range(self.obs_slots)]:
             arrays += [(f"{prefix}:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
+        if self.final_rows:
+            arrays += [(f"final:{i}", (n, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
         rows = self.ring_units * self.unit_rows
         if rows:
             arrays += [(f"ring:{i}", (rows, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
@@ -156,6 +162,8 @@ class Buffers:
     Observations have several slots: a whole-batch command may write a slot that is lent out to
     the caller (see :mod:`vecshm.parent.handback.results`); slot 0 is the one partial batches and copies use. Async
     batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
+    ``final_rows`` (one array per fixed leaf, or none) hold the envs' final observations where the
+    episode's last step resets the env (see :meth:`vecshm.worker.runner.EnvRunner._write_final_obs`).
     """
 
     def __init__(self, spec: BufferSpec, segment: Segment | NamedSegment) -> None:
@@ -200,6 +208,7 @@ class Buffers:
         leaf_count = len(spec.obs_fixed)
         self.obs_slots = [[views[f"obs{s}:{i}"] for i in range(leaf_count)] for s in range(spec.obs_slots)]
         self.ring = [views[f"ring:{i}"] for i in range(leaf_count)] if spec.ring_units else []
+        self.final_rows = [views[f"final:{i}"] for i in range(leaf_count)] if spec.final_rows else []
 
     def release(self) -> None:
         """Drop every view so the mapping can be closed."""

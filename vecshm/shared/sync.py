@@ -162,8 +162,10 @@ class Spinner:
     Covering the high end matters: a wait that outlasts the spin sleeps, and the wake-up then costs
     the waker a system call and often its core, which lengthens the next waits (an async batch of
     zero-compute frames, 2 cores: waits of 35-180 us, and a budget of 1.5x their average, about
-    110 us, slept on 25-45% of them). Each spin iteration yields the core (``sched_yield``), so a
-    spinning process never starves a runnable one on the same core.
+    110 us, slept on 25-45% of them). A caller that knows spinning costs no one (a core of its
+    own, a tight loop) passes a ``floor``, so that an outlier beyond the high end costs no wake-up
+    either. Each spin iteration yields the core (``sched_yield``), so a spinning process never
+    starves a runnable one on the same core.
     """
 
     def __init__(self, max_seconds: float) -> None:
@@ -175,17 +177,17 @@ class Spinner:
         self.deviation = 0.8 * self.deviation + 0.2 * abs(waited - self.average)
         self.average = 0.8 * self.average + 0.2 * waited
 
-    def budget(self, limit: float | None = None) -> float:
-        """Seconds to spin next time: the high end of recent waits, at most ``limit`` (default: the
-        max), or 0 when they typically took longer than that."""
+    def budget(self, limit: float | None = None, floor: float = 0.0) -> float:
+        """Seconds to spin next time: the high end of recent waits, at least ``floor``, at most
+        ``limit`` (default: the max); 0 when they typically took longer than that."""
         limit = self.max_seconds if limit is None else min(limit, self.max_seconds)
         if self.average > limit:
             return 0.0
-        return min(limit, self.average + 3.0 * self.deviation)
+        return min(limit, max(floor, self.average + 3.0 * self.deviation))
 
-    def spin(self, predicate: Callable[[], bool], limit: float | None = None) -> bool:
+    def spin(self, predicate: Callable[[], bool], limit: float | None = None, floor: float = 0.0) -> bool:
         """Busy-check ``predicate`` within the current budget; True as soon as it holds."""
-        budget = self.budget(limit) if self.max_seconds > 0 else 0.0
+        budget = self.budget(limit, floor) if self.max_seconds > 0 else 0.0
         return spin_for(predicate, budget)
 
 

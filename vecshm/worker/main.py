@@ -294,8 +294,9 @@ def _wait_for_commands(
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
     once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget
     while the parent's ``turnaround`` is within the loose one (a tight loop: the waits are the
-    other workers' steps and the parent's own work), and up to the loose one when the caller works
-    in between (a learner keeps its cores)."""
+    other workers' steps and the parent's own work), and at least the loose one then, so that the
+    parent's occasional slow turn costs no wake-up; up to the loose one when the caller works in
+    between (a learner keeps its cores)."""
     pending = new_commands()
     if pending:
         return pending
@@ -305,7 +306,10 @@ def _wait_for_commands(
         return bool(pending)
 
     loose = spec.loose_spin_seconds
-    spinner.spin(found, None if turnaround.item(0) <= loose else loose)
+    if turnaround.item(0) <= loose:
+        spinner.spin(found, None, loose)
+    else:
+        spinner.spin(found, loose)
     while not pending:
         if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
             return None

@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, reward_codes
+from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, reward_codes
 from vecshm.shared.env_util import answer_call
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
@@ -59,6 +59,8 @@ class EnvRunner:
             and not self.obs_dynamic
             and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
         )
+        rows = self.single_obs_leaf and buffers.final_rows  # (shape, dtype) of a final obs its row holds
+        self.final_row_of = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if rows else None
         self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
@@ -172,8 +174,7 @@ class EnvRunner:
             obs, reward, term, trunc, info = env.step(action_of(index))
             if term or trunc:
                 if self.autoreset is AutoReset.SAME_STEP:
-                    # the final observation as the env returned it (the peers hand it on unchanged)
-                    self._write_blob(Arena.FINAL_OBS, index, obs)
+                    self._write_final_obs(index, obs)
                     self._write_info(Arena.FINAL_INFO, index, info)
                     obs, info = env.reset()
                 elif self.autoreset is AutoReset.NEXT_STEP:
@@ -184,6 +185,16 @@ class EnvRunner:
         else:  # (most steps: no call)
             self.buffers.info_len[index] = INFO_EMPTY
         return obs, reward, term, trunc
+
+    def _write_final_obs(self, index: int, obs: Any) -> None:
+        """The final observation as the env returned it: in the env's final row where that holds it
+        exactly (one C-ordered array of the leaf's shape and dtype), else pickled, as the peers'
+        pipes hand it on. Frames of episodes that end together stay off the socket."""
+        b, row = self.buffers, self.final_row_of
+        if row is not None and type(obs) is np.ndarray and (obs.shape, obs.dtype) == row and obs.flags.c_contiguous:
+            b.final_rows[0][index], b.final_obs_blob_len[index] = obs, FINAL_IN_ROWS
+        else:
+            self._write_blob(Arena.FINAL_OBS, index, obs)
 
     def reset_ended_ahead(self) -> None:
         """Under NEXT_STEP_AHEAD, reset the envs whose episodes the last step ended, before their

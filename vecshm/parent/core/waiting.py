@@ -152,10 +152,15 @@ class Waiter:
             result = ready(ticket)
             return result is not None
 
-        # With a free core the parent may spin up to the full budget; when every core has a busy
-        # worker, a spinning parent would steal from them, so only short waits are spun.
-        limit = None if len(ticket.workers) < self.cores else OVERSUBSCRIBED_SPIN_SECONDS
-        if self.spinner.spin(check, limit):
+        # With a core to itself (fewer workers than cores), the parent spins the whole budget whenever
+        # waits are short enough to spin at all: an outlier that outlasted a budget near the average
+        # would cost a wake-up (50-75 us here) and no one else needs the core. When every core has
+        # a busy worker, a spinning parent would steal from them, so only short waits are spun.
+        if len(ticket.workers) < self.cores:
+            spun = self.spinner.spin(check, None, self.spinner.max_seconds)
+        else:
+            spun = self.spinner.spin(check, OVERSUBSCRIBED_SPIN_SECONDS)
+        if spun:
             return result, ticket  # type: ignore[return-value]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

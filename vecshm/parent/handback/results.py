@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecshm.parent.handback.extras import Extras
-from vecshm.shared.buffers import INFO_EMPTY, INFO_PIPED, REWARD_DTYPES, Buffers
+from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, REWARD_DTYPES, Buffers
 from vecshm.shared.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
 from vecshm.shared.layout import assemble, merge_leaves
 
@@ -118,7 +118,10 @@ class ResultReader:
         lengths, arena = (
             (b.obs_blob_len, b.obs_blob_arena) if kind == "obs" else (b.final_obs_blob_len, b.final_obs_blob_arena)
         )
-        return self._unpickle(kind, env_index, int(lengths[env_index]), arena, piped)
+        length = int(lengths[env_index])
+        if length == FINAL_IN_ROWS:  # (a final observation the worker wrote as a row, unpickled)
+            return b.final_rows[0][env_index].copy()
+        return self._unpickle(kind, env_index, length, arena, piped)
 
     @staticmethod
     def _unpickle(kind: str, env_index: int, length: int, arena: np.ndarray, piped: Mapping) -> Any:

@@ -30,6 +30,7 @@ import numpy as np
 from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.layout import leaves
+from vecshm.shared.protocol import AutoReset
 from vecshm.shared.units import TOKEN, UnitPipe
 
 __all__ = ["UnitRing", "ring_units", "segment_spec", "LENDABLE_BATCHES"]
@@ -61,6 +62,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
         ring_units=ring_units(plan.num_workers, keep_latest=options.restarts) if unit_rows else 0,
         unit_rows=unit_rows,
+        final_rows=options.autoreset is AutoReset.SAME_STEP,
     )
 
 

@@ -6,7 +6,9 @@ views; each env's row of every array belongs to the worker that hosts it, so wri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -55,7 +57,7 @@ _REWARD_CODE_OF_TYPE: dict[type, int] = {
 REWARD_TYPES = frozenset(_REWARD_CODE_OF_TYPE)  # a reward of one of these types always has the same code
 
 
-def reward_codes(rewards: list) -> list[int]:
+def reward_codes(rewards: Sequence[Any]) -> list[int]:
     """The code of ``np.asarray(reward).dtype`` for each reward (0 for what the table lacks: such
     a reward is refused when written, unless it is a number, which then reads as a float64)."""
     codes = [_REWARD_CODE_OF_TYPE.get(type(reward), -1) for reward in rewards]

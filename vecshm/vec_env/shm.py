@@ -151,8 +151,21 @@ class ShmVecEnv(RunProperties, VecEnv):
         """
         ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
         dones = terminated | truncated
-        infos = batch.infos()
         flags = dones.tolist()
+        if True not in flags and batch.said_nothing():  # the usual step: no info, no episode ended
+            infos = [{"TimeLimit.truncated": False} for _ in flags]
+        else:
+            infos = self._infos(batch, ids, terminated, truncated, flags)
+        rewards = batch.stacked_rewards()
+        if device:
+            obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)
+            return obs, rewards, dones, terminated, truncated, infos
+        return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
+
+    def _infos(self, batch: Batch, ids: Sequence[int], terminated: Any, truncated: Any, flags: list[bool]) -> list:
+        """SB3's info dicts of ``batch`` (``flags``: its envs' dones), with the final observation and
+        info of each episode that ended, and ``worker_restarted`` where a restart ended one."""
+        infos = batch.infos()
         for info, done in zip(infos, flags):
             if not done:
                 info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
@@ -168,11 +181,7 @@ class ShmVecEnv(RunProperties, VecEnv):
             for k, i in enumerate(ids):
                 if i in batch.restarted:
                     infos[k]["worker_restarted"] = True
-        rewards = batch.stacked_rewards()
-        if device:
-            obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)
-            return obs, rewards, dones, terminated, truncated, infos
-        return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
+        return infos
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
 

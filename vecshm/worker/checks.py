@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from vecshm.shared.buffers import Buffers
@@ -16,7 +17,7 @@ class ObservationError(ValueError):
 
 
 def unwritable_scalars(
-    buffers: Buffers, start: int, rewards: list[Any], terminated: list[Any], truncated: list[Any]
+    buffers: Buffers, start: int, rewards: Sequence[Any], terminated: Sequence[Any], truncated: Sequence[Any]
 ) -> list[RemoteError]:
     """A record naming each env (the first at ``start``) whose reward or flag its column cannot hold
     (the slow path, once writing them all at once failed): a number each, as the peers' arrays need."""

@@ -8,7 +8,7 @@ Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -59,6 +59,9 @@ class EnvRunner:
             and not self.obs_dynamic
             and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
         )
+        # the rows a step writes (rewards, flags, info lengths), as views made once: 0.2 us less a write
+        mine, b = slice(self.start, self.start + len(envs)), buffers
+        self.step_rows = tuple(a[mine] for a in (b.rewards, b.terminated, b.truncated, b.info_len, b.final_info_len))
         rows = self.single_obs_leaf and buffers.final_rows  # (shape, dtype) of a final obs its row holds
         self.final_row_of = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if rows else None
         self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
@@ -118,36 +121,34 @@ class EnvRunner:
 
     # -- step and reset ---------------------------------------------------------------------------
 
-    def _step_all(self, action_of: Callable[[int], Any]) -> list[Any]:
+    def _step_all(self, action_of: Callable[[int], Any]) -> Sequence[Any]:
         """Step every env; its observations, to write once every env has stepped.
 
-        Scalars are gathered in lists and written once per command.
+        Scalars are gathered and written once per command.
 
         An env that raises does not stop the others (each would run in its own process under
         AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
         """
-        b = self.buffers
-        start, stop = self.start, self.start + len(self.envs)
-        rewards, terminated, truncated, observations = [], [], [], []
+        b, start = self.buffers, self.start
+        rewards_row, terminated_row, truncated_row, info_lengths, final_info_lengths = self.step_rows
+        results = []  # each env's (observation, reward, terminated, truncated)
         failures: list[RemoteError] = []
-        b.final_info_len[start:stop] = INFO_EMPTY
+        info_lengths.fill(INFO_EMPTY)  # (an env that returns an info writes its own)
+        final_info_lengths.fill(INFO_EMPTY)
         progress, me, step_one = b.progress, self.spec.worker, self._step_one  # (looked up once, not per env)
         for offset, env in enumerate(self.envs):
             index = start + offset
             progress[me] = index
             try:
-                obs, reward, term, trunc = step_one(offset, env, index, action_of)
+                results.append(step_one(offset, env, index, action_of))
             except Exception as exc:
                 failures.append(RemoteError(exc, index, Phase.STEP))
-                obs, reward, term, trunc = UNCHANGED, 0.0, False, False
-            observations.append(obs)
-            rewards.append(reward)
-            terminated.append(term)
-            truncated.append(trunc)
+                results.append((UNCHANGED, 0.0, False, False))
+        observations, rewards, terminated, truncated = zip(*results)
         try:
-            b.rewards[start:stop] = rewards
-            b.terminated[start:stop] = terminated
-            b.truncated[start:stop] = truncated
+            rewards_row[...] = rewards
+            terminated_row[...] = terminated
+            truncated_row[...] = truncated
         except Exception:  # a reward or flag that is not a number: find whose
             failures += unwritable_scalars(self.buffers, self.start, rewards, terminated, truncated)
         if failures:
@@ -158,7 +159,7 @@ class EnvRunner:
                 self._write_reward_codes(rewards, types)
         return observations
 
-    def _write_reward_codes(self, rewards: list[Any], types: list[type]) -> None:
+    def _write_reward_codes(self, rewards: Sequence[Any], types: list[type]) -> None:
         """The dtype of each reward (see ``REWARD_DTYPES``), written when the rewards' types change."""
         self.buffers.reward_code[self.start : self.start + len(rewards)] = reward_codes(rewards)
         # an array's dtype may change from one step to the next: such rewards are looked at every step
@@ -180,10 +181,8 @@ class EnvRunner:
                 elif self.autoreset is AutoReset.NEXT_STEP:
                     self.needs_reset[offset] = True
         self.last_obs[offset] = obs
-        if info:
+        if info:  # (the others' lengths were cleared for the whole command)
             self._write_info(Arena.INFO, index, info)
-        else:  # (most steps: no call)
-            self.buffers.info_len[index] = INFO_EMPTY
         return obs, reward, term, trunc
 
     def _write_final_obs(self, index: int, obs: Any) -> None:
@@ -220,7 +219,7 @@ class EnvRunner:
             raise done
         return done
 
-    def _write_observations(self, observations: list[Any], slot: int, during: Phase) -> int | None:
+    def _write_observations(self, observations: Sequence[Any], slot: int, during: Phase) -> int | None:
         """Write the command's observations: into ``slot`` at the envs' rows, or, for an async
         batch (``CLAIM``), into the next free unit of the ring, claimed now that every env has
         stepped (see :mod:`vecshm.parent.handback.ring`); that unit, if any."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.core.health import Health
-from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras
+from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras, new_collected
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import VecShmError, remote_errors
 from vecshm.shared.protocol import Phase, Status
@@ -99,6 +99,7 @@ class Waiter:
         self.observer: WaitObserver | None = None
         self._next_check = 0.0
         self._ended = 0.0  # when the last wait ended
+        self._turnaround = 0.0  # (the segment's word, which only this wait writes)
 
     def collect(self, ticket: Ticket, ready: Ready, timeout: float | None, policy: Deaths) -> Collected:
         """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
@@ -114,7 +115,7 @@ class Waiter:
             raise
         if policy.watches_results:
             policy.seen(self.plan.env_ids_of(done), piped)
-        return Collected(done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS)
+        return new_collected((done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS))
 
     def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
         """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended
@@ -125,8 +126,9 @@ class Waiter:
         started = time.perf_counter()
         # the parent's turnaround since the last wait, for the workers' spin (vecshm.worker.main);
         # a long pause (a learner's update) counts as TURNAROUND_CAP, so its mark fades in a few steps
-        turnaround, away = self.buffers.turnaround, started - self._ended
-        turnaround[0] = 0.8 * turnaround.item(0) + 0.2 * min(away, TURNAROUND_CAP)
+        away = started - self._ended
+        self._turnaround = turnaround = 0.8 * self._turnaround + 0.2 * min(away, TURNAROUND_CAP)
+        self.buffers.turnaround[0] = turnaround
         if away > self.pause_seconds:
             self.pauses += 1
         result = ready(ticket)

@@ -9,13 +9,14 @@ so nothing about a command is left on the engine for a later call to find in the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Extras", "NO_EXTRAS", "Collected"]
+__all__ = ["Extras", "NO_EXTRAS", "Collected", "new_collected"]
 
 
 @dataclass(frozen=True)
@@ -62,3 +63,8 @@ class Collected(NamedTuple):
 
     workers: np.ndarray
     extras: Extras
+
+
+# ``new_collected((workers, extras))``: a Collected made without the Python ``__new__`` a NamedTuple
+# has (one is made per wait, on the step path).
+new_collected: Callable[[tuple[Any, ...]], Collected] = functools.partial(tuple.__new__, Collected)

@@ -224,7 +224,8 @@ class Batch:
         if self._extras.piped or self.restarted:
             return False
         lengths = self._reader.buffers.info_len  # (INFO_EMPTY is 0)
-        return not (lengths if self.env_ids is None else lengths[self.env_ids]).any()
+        # (a list's any(): NumPy's takes a microsecond on a few words)
+        return not any((lengths if self.env_ids is None else lengths[self.env_ids]).tolist())
 
     def infos(self, env_ids: Sequence[int] | None = None, kind: str = "info") -> list[dict[str, Any]]:
         """Info dicts of ``env_ids`` (default: the batch's envs); ``kind="final"``: of the

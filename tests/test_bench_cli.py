@@ -104,6 +104,7 @@ def test_training_benchmark_times_learn_and_the_vec_env_inside_it(tmp_path, caps
         ["parent_core.py", "-w", "vector", "-n", "4", "-r", "1", "--seconds", "0.2"],
         ["command_granularity.py", "-n", "4", "-k", "2", "-b", "4", "-r", "1", "--seconds", "0.2"],
         ["step_timeline.py", "gym", "4", "300"],
+        ["step_halves.py", "50"],
     ],
     ids=lambda script: script[0],
 )

@@ -109,7 +109,7 @@ def plot(cases: list[Case], path: str) -> str | None:
     sweep = len({c.n_envs for c in cases}) > 1
     fig = _sweep_figure(plt, cases) if sweep else _ratio_figure(plt, cases)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # (the sweep's legend stands outside its panels)
     plt.close(fig)
     return path
 
@@ -142,6 +142,9 @@ def _sweep_figure(plt: Any, cases: list[Case]) -> Any:
     cost per 1,000 env-steps (the parent and every process the system started)."""
     workloads = sorted({c.workload for c in cases})
     fig, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 8.5), squeeze=False)
+    # one look per system in every panel, distinct for 80 systems (20 colours, then other markers)
+    every = sorted({name for c in cases for name in c.rounds})
+    looks = {name: (plt.get_cmap("tab20")(k % 20), "osD^"[k // 20 % 4]) for k, name in enumerate(every)}
     for column, workload in enumerate(workloads):
         chosen = sorted((c for c in cases if c.workload == workload), key=lambda c: c.n_envs)
         names = sorted({name for c in chosen for name in c.rounds})
@@ -151,12 +154,13 @@ def _sweep_figure(plt: Any, cases: list[Case]) -> Any:
                 points = [(c.n_envs, np.median(getattr(c, of)[name])) for c in chosen if getattr(c, of).get(name)]
                 if points:
                     xs, ys = zip(*points)
-                    ax.plot(xs, ys, marker="o", label=name, linestyle="--" if name == IDEAL else "-")
+                    color, marker = looks[name]
+                    ax.plot(xs, ys, marker=marker, color=color, label=name, linestyle="--" if name == IDEAL else "-")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("num_envs")
             ax.set_ylabel(label)
             ax.set_title(workload if row == 0 else f"{workload}: CPU per env-step (lower costs less)")
             ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return fig

@@ -89,7 +89,8 @@ class BufferSpec:
     # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.parent.handback.ring)
     ring_units: int = 0
     unit_rows: int = 0
-    # rows for each env's final observation (autoreset in the same step: SB3's terminal_observation)
+    # a row for each env's final observation (autoreset in the same step: SB3's terminal_observation),
+    # where an observation is one array
     final_rows: bool = False
     obs_leaves: tuple[Leaf, ...] = field(init=False)  # every leaf, dynamic ones included
     action_leaves: tuple[Leaf, ...] = field(init=False)
@@ -164,8 +165,8 @@ class Buffers:
     Observations have several slots: a whole-batch command may write a slot that is lent out to
     the caller (see :mod:`vecshm.parent.handback.results`); slot 0 is the one partial batches and copies use. Async
     batches write the ``ring`` (one array per fixed leaf), unit by unit, in finishing order.
-    ``final_rows`` (one array per fixed leaf, or none) hold the envs' final observations where the
-    episode's last step resets the env (see :meth:`vecshm.worker.runner.EnvRunner._write_final_obs`).
+    ``final_rows`` (one array, or none) hold the envs' final observations where the episode's last
+    step resets the env and an observation is one array (see :meth:`vecshm.worker.runner.EnvRunner._write_final_obs`).
     """
 
     def __init__(self, spec: BufferSpec, segment: Segment | NamedSegment) -> None:

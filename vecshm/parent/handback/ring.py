@@ -49,8 +49,12 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
     """The segment of a vec env of ``plan``: its observation slots (slot 0 and the lendable ones),
     and a ring for async batches where one pays (units of at least ``options.lend_min_bytes``;
     :meth:`vecshm.parent.plan.VecEnvPlan.ring_unit_rows`;
-    the ring's units need non-blocking pipes, so no ring where ``os.set_blocking`` is missing)."""
-    env_bytes = sum(leaf.nbytes for leaf in leaves(observation_space) if not leaf.dynamic)
+    the ring's units need non-blocking pipes, so no ring where ``os.set_blocking`` is missing); and
+    final rows where the episode's last step resets the env and an observation is one array (the
+    only final observations a row holds exactly: :meth:`vecshm.worker.runner.EnvRunner._write_final_obs`)."""
+    obs_leaves = leaves(observation_space)
+    env_bytes = sum(leaf.nbytes for leaf in obs_leaves if not leaf.dynamic)
+    one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
     can_lend = hasattr(os, "set_blocking")
     unit_rows = plan.ring_unit_rows(env_bytes, options.lend_min_bytes) if can_lend else 0
     return BufferSpec(
@@ -62,7 +66,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
         ring_units=ring_units(plan.num_workers, keep_latest=options.restarts) if unit_rows else 0,
         unit_rows=unit_rows,
-        final_rows=options.autoreset is AutoReset.SAME_STEP,
+        final_rows=one_array and options.autoreset is AutoReset.SAME_STEP,
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.protocol import Command, Phase, Status
+from vecshm.shared.sync import SLEEPERS_ONLY, Bell, fence
 
 __all__ = ["ControlWords", "Ready", "Ticket", "new_ticket"]
 
@@ -51,10 +52,6 @@ new_ticket: Callable[[tuple[Any, ...]], Ticket] = functools.partial(tuple.__new_
 Ready = Callable[[Ticket], "np.ndarray | None"]  # a ticket's workers whose results may be read, or None
 
 
-class Bell(Protocol):
-    def ring(self) -> None: ...
-
-
 class UnitOwners(Protocol):
     """The async ring, as far as a wait for its units needs it (:class:`vecshm.parent.handback.ring.UnitRing`)."""
 
@@ -73,6 +70,7 @@ class ControlWords:
         # words rewrites none of them.
         self._held: tuple[int | None, int, Command] | None = None
         self._all_finished = self._finished(None)  # (the sync step's, made once)
+        self._process_word = [first for first, _ in plan.lanes]  # process p's asleep word: its first worker's
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -90,8 +88,7 @@ class ControlWords:
                 self._held = (None if held is None else held[1], slot, command)
             expected = b.cmd_seq + 1  # (one new array, not an in-place add and a copy)
             b.cmd_seq[...] = expected  # (an Ellipsis write: 0.2 us less than a slice's)
-            for bell in self._doorbells:
-                bell.ring()
+            self._wake(range(len(self._doorbells)))
         else:  # an async batch's few workers: word by word (fancy indexing costs 0.5 us a write)
             self._held = None
             ids = workers.tolist()
@@ -101,10 +98,23 @@ class ControlWords:
                 b.cmd[w] = int(command)
                 b.cmd_seq[w] += 1
             expected = b.cmd_seq[workers]
-            process_of, doorbells = self._plan.process_of, self._doorbells
-            for p in dict.fromkeys(process_of[w] for w in ids):
-                doorbells[p].ring()
+            process_of = self._plan.process_of
+            self._wake(dict.fromkeys(process_of[w] for w in ids))
         return new_ticket((workers, expected, slot, phase, time.monotonic() if self._timed else 0.0))
+
+    def _wake(self, processes: Iterable[int]) -> None:
+        """Ring the doorbells of ``processes`` that sleep on them, their commands written: one still
+        spinning finds its command without the system call (see :mod:`vecshm.shared.sync`)."""
+        doorbells = self._doorbells
+        if not SLEEPERS_ONLY:
+            for p in processes:
+                doorbells[p].ring()
+            return
+        fence()  # the commands written before the asleep words are read
+        asleep, word = self._b.asleep.tolist(), self._process_word
+        for p in processes:
+            if asleep[word[p]]:
+                doorbells[p].ring()
 
     def close(self, p: int) -> None:
         """Ask process ``p``'s workers to close their envs and exit (their last command)."""

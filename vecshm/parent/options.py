@@ -21,6 +21,7 @@ from vecshm.parent.processes.start_methods import default_start_method, preload_
 from vecshm.shared.errors import SpaceMismatchError
 from vecshm.shared.layout import leaves
 from vecshm.shared.protocol import AutoReset
+from vecshm.shared.sync import TSO_ARCHES
 
 __all__ = [
     "EngineOptions",
@@ -42,7 +43,6 @@ DEFAULT_SPIN_SECONDS = 1e-3
 # short spin (docs/design.md, "Waiting without burning cores"). So with the automatic setting the
 # workers spin as long as the parent while its turnaround stays under this, and up to this after.
 WORKER_SPIN_SECONDS = 150e-6
-SPIN_ARCHES = ("x86_64", "AMD64", "i686", "i386")  # total store order: spinning on words is safe
 ON_WORKER_FAILURE = ("raise", "restart")
 
 
@@ -180,7 +180,7 @@ class EngineOptions:
         """Longest busy-wait of the parent before it sleeps (its spinner adapts below it)."""
         if self.spin is not None:
             return max(0.0, float(self.spin))
-        return DEFAULT_SPIN_SECONDS if platform.machine() in SPIN_ARCHES else 0.0
+        return DEFAULT_SPIN_SECONDS if platform.machine() in TSO_ARCHES else 0.0
 
     @property
     def worker_spin_seconds(self) -> tuple[float, float]:

@@ -124,6 +124,10 @@ class BufferSpec:
             # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
             # average), which the workers' spin follows (vecshm.worker.main)
             ("turnaround", (1,), np.dtype(np.float64)),
+            # 1 while the process hosting a worker sleeps on its doorbell, and while the parent
+            # sleeps on its own: the other side rings only then (vecshm.shared.sync)
+            ("asleep", (w,), np.dtype(np.int64)),
+            ("parent_asleep", (1,), np.dtype(np.int64)),
             ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("reward_code", (n,), np.dtype(np.int8)),  # the dtype each env's reward had (REWARD_DTYPES)
@@ -184,6 +188,8 @@ class Buffers:
         self.prev_slot = views["prev_slot"]
         self.busy = views["busy"]
         self.turnaround = views["turnaround"]
+        self.asleep = views["asleep"]
+        self.parent_asleep = views["parent_asleep"]
         self.unit_worker = views["unit_worker"]
         self.rewards = views["rewards"]
         self.reward_code = views["reward_code"]

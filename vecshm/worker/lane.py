@@ -12,6 +12,7 @@ from multiprocessing.connection import Connection as ProcessConnection
 from typing import Any, NamedTuple, Protocol
 
 from vecshm.shared.protocol import AutoReset, receive_addressed
+from vecshm.shared.sync import Bell
 from vecshm.shared.units import UnitPipe
 
 __all__ = ["Lane", "LaneConnection"]
@@ -23,10 +24,6 @@ class Connection(Protocol):
     def send(self, message: Any) -> None: ...
 
     def recv(self) -> Any: ...
-
-
-class Bell(Protocol):
-    def ring(self) -> None: ...
 
 
 class Lane(NamedTuple):

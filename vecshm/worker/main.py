@@ -33,7 +33,7 @@ from vecshm.shared.memory import NamedSegment, Segment
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import AutoReset, Command, Message, Phase
 from vecshm.shared.registry import adopt_registry
-from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner
+from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner, fence
 from vecshm.shared.units import UnitPipe
 from vecshm.worker.guard import alive, start_guard, worker_mark
 from vecshm.worker.lane import Lane, LaneConnection
@@ -246,7 +246,7 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
         idle_since = time.perf_counter()
         if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.core.balance)
             busy[first] += idle_since - busy_since
-        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers.turnaround)
+        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers)
         if pending is None:
             return False
         busy_since = time.perf_counter()
@@ -289,14 +289,15 @@ def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]
 
 
 def _wait_for_commands(
-    spec: ProcessSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, turnaround: np.ndarray
+    spec: ProcessSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, buffers: Buffers
 ) -> list[int] | None:
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
     once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget
     while the parent's ``turnaround`` is within the loose one (a tight loop: the waits are the
     other workers' steps and the parent's own work), and at least the loose one then, so that the
     parent's occasional slow turn costs no wake-up; up to the loose one when the caller works in
-    between (a learner keeps its cores)."""
+    between (a learner keeps its cores). Before it sleeps it raises its asleep words, so that the
+    parent rings (vecshm.shared.sync)."""
     pending = new_commands()
     if pending:
         return pending
@@ -306,12 +307,19 @@ def _wait_for_commands(
         return bool(pending)
 
     loose = spec.loose_spin_seconds
-    if turnaround.item(0) <= loose:
+    if buffers.turnaround.item(0) <= loose:
         spinner.spin(found, None, loose)
     else:
         spinner.spin(found, loose)
+    if pending:
+        return pending
+    asleep = buffers.asleep[spec.hosted]
+    asleep[...] = 1
+    fence()  # the asleep words written before the commands are read again
+    pending = new_commands()
     while not pending:
         if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
             return None
         pending = new_commands()
+    asleep[...] = 0
     return pending

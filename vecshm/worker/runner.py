@@ -21,6 +21,7 @@ from vecshm.shared.info_columns import ColumnWriter
 from vecshm.shared.layout import flatten, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
+from vecshm.shared.sync import ring_if_asleep
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
 from vecshm.worker.checks import ObservationError, unwritable_scalars
@@ -47,6 +48,7 @@ class EnvRunner:
         self.buffers = buffers
         self.start = spec.env_start
         self.conn = spec.conn
+        self.parent_asleep = buffers.parent_asleep
         self.obs_space = envs[0].observation_space
         self.action_space = envs[0].action_space
         layout = buffers.spec
@@ -112,7 +114,7 @@ class EnvRunner:
             self.buffers.unit_worker[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
         self.buffers.done_seq[me] = seq
-        self.spec.done_bell.ring()
+        ring_if_asleep(self.spec.done_bell, self.parent_asleep)
         # Anything large goes after the bell, so the parent is already reading when we send.
         if errors:
             self.conn.send(errors)

@@ -275,15 +275,18 @@ class RestartWorkers:
         the restarted workers' claims fill them and the ring keeps its order."""
         process_of, processes = self.plan.process_of, self.pool.processes
         others = [w for w in workers.tolist() if process_of[w] != p]
-        while True:
-            running = [w for w in others if not self.words.done(w, expected[w]) and processes[process_of[w]].is_alive()]
-            if not running:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                self.pool.raise_timeout(running, Phase.STEP)
-            if self.waiter.watch.wait(WORKER_CHECK_SECONDS):  # another dead process: its turn comes next
-                time.sleep(0.001)
-            self.pool.done_bell.take()
+        with self.waiter.asleep():  # (the workers ring the done bell)
+            while True:
+                running = [
+                    w for w in others if not self.words.done(w, expected[w]) and processes[process_of[w]].is_alive()
+                ]
+                if not running:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.pool.raise_timeout(running, Phase.STEP)
+                if self.waiter.watch.wait(WORKER_CHECK_SECONDS):  # another dead process: its turn comes next
+                    time.sleep(0.001)
+                self.pool.done_bell.take()
         self._ring.recover_claims()
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:

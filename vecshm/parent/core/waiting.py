@@ -11,8 +11,9 @@ and an error the vec env cannot recover from fails it first).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,7 +24,7 @@ from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras, new_coll
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import VecShmError, remote_errors
 from vecshm.shared.protocol import Phase, Status
-from vecshm.shared.sync import DoneWatch, Spinner
+from vecshm.shared.sync import DoneWatch, Spinner, fence
 
 __all__ = ["Deaths", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
@@ -164,19 +165,34 @@ class Waiter:
             spun = self.spinner.spin(check, OVERSUBSCRIBED_SPIN_SECONDS)
         if spun:
             return result, ticket  # type: ignore[return-value]
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            slept = time.perf_counter()
-            ended = self.watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if self.observer is not None:
-                self.observer.slept(time.perf_counter() - slept)
-            self.pool.done_bell.take()
-            if check():
-                return result, ticket  # type: ignore[return-value]
-            for fd in ended:
-                ticket = on_death(self.sentinels[fd], ticket, deadline)
-            if deadline is not None and time.monotonic() >= deadline:
-                self.pool.raise_timeout(self.words.unfinished(ticket).tolist(), ticket.phase)
+        with self.asleep():
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not check():
+                slept = time.perf_counter()
+                ended = self.watch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if self.observer is not None:
+                    self.observer.slept(time.perf_counter() - slept)
+                self.pool.done_bell.take()
+                if check():
+                    break
+                for fd in ended:
+                    ticket = on_death(self.sentinels[fd], ticket, deadline)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.pool.raise_timeout(self.words.unfinished(ticket).tolist(), ticket.phase)
+        return result, ticket  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def asleep(self) -> Iterator[None]:
+        """While the parent may sleep on the done bell: its asleep word is up, so the workers ring it
+        (vecshm.shared.sync). Nested (a restart's wait within a wait), it leaves the word up."""
+        word = self.buffers.parent_asleep
+        was = word.item(0)
+        word[0] = 1
+        fence()  # (written before the workers' words are read again)
+        try:
+            yield
+        finally:
+            word[0] = was
 
     def _check(self, ticket: Ticket, now_perf: float, on_death: OnDeath) -> None:
         """Every ``WORKER_CHECK_SECONDS``, look for a dead worker (handed to ``on_death``: the

@@ -41,12 +41,14 @@ __all__ = [
     "DoneWatch",
     "Spinner",
     "spin_for",
+    "yield_core",
     "fence",
     "ring_if_asleep",
     "SLEEPERS_ONLY",
 ]
 
-_yield_core: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
+# lets a runnable process on this core have it
+yield_core: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 # x86's total store order: words written in order are read in order (so spinning on them is
 # safe), and a locked instruction orders every earlier write before every later read
@@ -256,4 +258,4 @@ def spin_for(predicate: Callable[[], bool], budget: float) -> bool:
             return True
         if time.perf_counter() >= deadline:
             return False
-        _yield_core()
+        yield_core()

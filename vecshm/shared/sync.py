@@ -56,8 +56,21 @@ TSO_ARCHES = ("x86_64", "AMD64", "i686", "i386")
 # whether a waker may skip the bells of sides that are not asleep (see the module's docstring)
 SLEEPERS_ONLY = platform.machine() in TSO_ARCHES
 
-_fence_lock = threading.Lock()
-_fence_acquire, _fence_release = _fence_lock.acquire, _fence_lock.release
+_fence_acquire: Callable[..., bool]
+_fence_release: Callable[[], None]
+
+
+def _new_fence_lock() -> None:
+    """A fresh lock for :func:`fence` (also in a forked child: the parent's may have been held by
+    another thread at the fork, and would be held in the child for good)."""
+    global _fence_acquire, _fence_release
+    lock = threading.Lock()
+    _fence_acquire, _fence_release = lock.acquire, lock.release
+
+
+_new_fence_lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_fence_lock)
 
 
 def fence() -> None:

@@ -171,6 +171,8 @@ SYSTEMS: dict[str, System] = {
         System("vecshm ShmVecEnv copy=False", _shm(copy=False), default=False),
         System("vecshm ShmVecEnv pinned (auto)", _shm(cpu_affinity="auto"), default=False),
         System("vecshm ShmVecEnv envs_per_worker=1", _shm(envs_per_worker=1), default=False),
+        # (forked workers, as PufferLib's and Gymnasium's on Linux: the default is SB3's forkserver)
+        System("vecshm ShmVecEnv start_method=fork", _shm(start_method="fork"), default=False),
         System("vecshm ShmVecEnv (1 worker process)", _shm_one_process),
         System("vecshm ShmVectorEnv", shm_vector()),
         System("vecshm ShmVectorEnv async (batch n/2)", shm_async()),

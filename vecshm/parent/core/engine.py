@@ -35,7 +35,6 @@ from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import WorkerDiedError
 from vecshm.shared.protocol import Command, Phase
 from vecshm.shared.registry import snapshot_registry
-from vecshm.shared.sync import yield_core
 from vecshm.shared.transport import choose_transport
 
 __all__ = ["Engine"]
@@ -61,8 +60,9 @@ class Engine:
         )  # fmt: skip
         self.worker_cores = plan_worker_cores(options.cpu_affinity, plan.num_processes)  # per process
         # With a worker process per core or more, the parent shares its core with a worker, which would
-        # wait for the parent's side of a step (lending, then the wait) before it runs: the parent hands
-        # the core over as soon as a step's commands are out (docs/design.md, "Waiting without burning cores").
+        # wait for the parent's side of a synchronous step (lending, then the wait) before it runs: the
+        # run hands the core over as soon as the step's commands are out (docs/design.md, "Waiting
+        # without burning cores"). Not for async batches: there the parent is a stage of the pipeline.
         self.hand_over_core = plan.num_processes >= len(cores)
         settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
         self.nbytes = 0  # the segment's size, once laid out
@@ -134,8 +134,6 @@ class Engine:
         if self.policy.rebuilt and not self.policy.rebuilt.isdisjoint(workers.tolist()):
             return self.policy.start_rebuilt(workers, slot, dynamic, self.start_step)
         ticket = self.words.submit(Command.STEP, workers, slot, Phase.STEP)
-        if self.hand_over_core:
-            yield_core()
         if dynamic is not None:
             for w in workers.tolist():
                 self.send(w, {i: dynamic.pop(i) for i in range(*self.plan.worker_slices[w])}, Phase.STEP)

@@ -38,6 +38,7 @@ from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import CallOp
+from vecshm.shared.sync import yield_core
 
 __all__ = ["Runtime", "VecRun"]
 
@@ -125,6 +126,8 @@ class VecRun:
             engine.balance.release()
         free = engine.slots.free  # (ObservationSlots.acquire inline, on the step path)
         self._pending = engine.start_step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
+        if engine.hand_over_core:
+            yield_core()
 
     def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:
         """Reset every env whose ``requests[i]`` holds its ``reset`` keywords; an env whose request is

@@ -75,7 +75,7 @@ if hasattr(os, "register_at_fork"):
 
 def fence() -> None:
     """Order this process's earlier writes to shared memory before its later reads (on x86-64: a
-    lock's acquire and release are locked instructions, full barriers; 0.1 us, against 0.4-2.6 us
+    lock's acquire and release are locked instructions, full barriers; 0.1 us, against 0.4-0.75 us
     for a ring)."""
     _fence_acquire()
     _fence_release()

@@ -57,6 +57,12 @@ class Leaf:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
+def one_array(all_leaves: Sequence[Leaf]) -> bool:
+    """Whether a space of these leaves is one fixed array (not nested in a Dict or Tuple): its
+    values are written, read and kept as that array alone."""
+    return len(all_leaves) == 1 and not all_leaves[0].dynamic and all_leaves[0].path == ()
+
+
 @singledispatch
 def leaves(space: spaces.Space, path: tuple[str | int, ...] = ()) -> list[Leaf]:
     """Flat leaves of ``space``, in a fixed order (Dict in key order, Tuple by index).

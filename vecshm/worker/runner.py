@@ -18,7 +18,7 @@ from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, NO_ENV,
 from vecshm.shared.env_util import answer_call
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
-from vecshm.shared.layout import flatten, write_leaf
+from vecshm.shared.layout import flatten, one_array, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
 from vecshm.shared.sync import ring_if_asleep
@@ -56,11 +56,7 @@ class EnvRunner:
         self.obs_fixed = layout.obs_fixed
         self.obs_dynamic = layout.obs_dynamic
         self.action_dynamic = layout.action_dynamic
-        self.single_obs_leaf = (
-            len(self.obs_leaves) == 1
-            and not self.obs_dynamic
-            and not isinstance(self.obs_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        )
+        self.single_obs_leaf = one_array(self.obs_leaves)
         # the rows a step writes (rewards, flags, info lengths), as views made once: 0.2 us less a write
         mine, b = slice(self.start, self.start + len(envs)), buffers
         self.step_rows = tuple(a[mine] for a in (b.rewards, b.terminated, b.truncated, b.info_len, b.final_info_len))

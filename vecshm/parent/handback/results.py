@@ -26,7 +26,7 @@ from gymnasium import spaces
 from vecshm.parent.handback.extras import Extras
 from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, REWARD_DTYPES, Buffers
 from vecshm.shared.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
-from vecshm.shared.layout import assemble, merge_leaves
+from vecshm.shared.layout import assemble, merge_leaves, one_array
 
 __all__ = [
     "ResultReader",
@@ -55,7 +55,7 @@ class ResultReader:
         self.info_schemas = SchemaCache()
         # an observation that is one array: assembling it is taking that array (without assemble's dispatch)
         obs_leaves = self.spec.obs_leaves
-        self.one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
+        self.one_array = one_array(obs_leaves)
         self._stacked_dtypes: dict[bytes, np.dtype] = {}  # the reward codes of a batch -> np.stack's dtype
         self.all_ids: tuple[int, ...] = tuple(range(self.num_envs))  # a whole batch's ids, made once
 

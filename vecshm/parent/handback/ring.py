@@ -29,7 +29,7 @@ import numpy as np
 
 from vecshm.parent.handback.results import DEFAULT_LENDABLE_SLOTS, lend_arrays
 from vecshm.shared.buffers import Buffers, BufferSpec
-from vecshm.shared.layout import leaves
+from vecshm.shared.layout import leaves, one_array
 from vecshm.shared.protocol import AutoReset
 from vecshm.shared.units import TOKEN, UnitPipe
 
@@ -54,7 +54,6 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
     only final observations a row holds exactly: :meth:`vecshm.worker.runner.EnvRunner._write_final_obs`)."""
     obs_leaves = leaves(observation_space)
     env_bytes = sum(leaf.nbytes for leaf in obs_leaves if not leaf.dynamic)
-    one_array = len(obs_leaves) == 1 and not obs_leaves[0].dynamic and obs_leaves[0].path == ()
     can_lend = hasattr(os, "set_blocking")
     unit_rows = plan.ring_unit_rows(env_bytes, options.lend_min_bytes) if can_lend else 0
     return BufferSpec(
@@ -66,7 +65,7 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
         ring_units=ring_units(plan.num_workers, keep_latest=options.restarts) if unit_rows else 0,
         unit_rows=unit_rows,
-        final_rows=one_array and options.autoreset is AutoReset.SAME_STEP,
+        final_rows=one_array(obs_leaves) and options.autoreset is AutoReset.SAME_STEP,
     )
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.protocol import Command, Phase, Status
-from vecshm.shared.sync import SLEEPERS_ONLY, Bell, fence
+from vecshm.shared.sync import Bell, ring_sleepers
 
 __all__ = ["ControlWords", "Ready", "Ticket", "new_ticket"]
 
@@ -103,18 +103,9 @@ class ControlWords:
         return new_ticket((workers, expected, slot, phase, time.monotonic() if self._timed else 0.0))
 
     def _wake(self, processes: Iterable[int]) -> None:
-        """Ring the doorbells of ``processes`` that sleep on them, their commands written: one still
-        spinning finds its command without the system call (see :mod:`vecshm.shared.sync`)."""
-        doorbells = self._doorbells
-        if not SLEEPERS_ONLY:
-            for p in processes:
-                doorbells[p].ring()
-            return
-        fence()  # the commands written before the asleep words are read
-        asleep, word = self._b.asleep.tolist(), self._process_word
-        for p in processes:
-            if asleep[word[p]]:
-                doorbells[p].ring()
+        """Ring the doorbells of ``processes`` that sleep on them, their commands written (see
+        :mod:`vecshm.shared.sync`)."""
+        ring_sleepers(processes, self._doorbells, self._process_word, self._b.asleep)
 
     def close(self, p: int) -> None:
         """Ask process ``p``'s workers to close their envs and exit (their last command)."""

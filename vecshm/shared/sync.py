@@ -27,7 +27,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing import connection, reduction
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ __all__ = [
     "spin_for",
     "yield_core",
     "fence",
-    "ring_if_asleep",
+    "ring_sleepers",
     "SLEEPERS_ONLY",
 ]
 
@@ -87,14 +87,19 @@ class Bell(Protocol):
     def ring(self) -> None: ...
 
 
-def ring_if_asleep(bell: Bell, asleep: Any) -> None:
-    """Ring ``bell``, this process's writes made, if its owner sleeps on it (``asleep``: its asleep
-    word, a one-element array): one still spinning finds them without the system call."""
-    if SLEEPERS_ONLY:
-        fence()
-        if not asleep.item(0):
-            return
-    bell.ring()
+def ring_sleepers(owners: Iterable[int], bells: Sequence[Bell], words: Sequence[int], asleep: Any) -> None:
+    """This process's writes made, ring the bell of each of ``owners`` that sleeps on it: owner
+    ``k``'s bell is ``bells[k]`` and its asleep word ``asleep[words[k]]`` (``asleep``: the segment's
+    array of them). One still spinning finds the writes without the system call."""
+    if not SLEEPERS_ONLY:
+        for k in owners:
+            bells[k].ring()
+        return
+    fence()  # the writes made before the asleep words are read
+    up = asleep.tolist()
+    for k in owners:
+        if up[words[k]]:
+            bells[k].ring()
 
 
 class _Bell:

@@ -21,7 +21,7 @@ from vecshm.shared.info_columns import ColumnWriter
 from vecshm.shared.layout import flatten, one_array, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
-from vecshm.shared.sync import ring_if_asleep
+from vecshm.shared.sync import ring_sleepers
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
 from vecshm.worker.checks import ObservationError, unwritable_scalars
@@ -30,6 +30,7 @@ from vecshm.worker.lane import Lane
 __all__ = ["EnvRunner"]
 
 UNCHANGED = object()  # in a command's observations: nothing to write for this env
+ONLY_OWNER = (0,)  # the parent, the one owner of the done bell a worker rings
 
 
 class _EnvFailure(Exception):
@@ -48,7 +49,7 @@ class EnvRunner:
         self.buffers = buffers
         self.start = spec.env_start
         self.conn = spec.conn
-        self.parent_asleep = buffers.parent_asleep
+        self.parent_bell = ((spec.done_bell,), (0,), buffers.parent_asleep)  # (its bell, word, words)
         self.obs_space = envs[0].observation_space
         self.action_space = envs[0].action_space
         layout = buffers.spec
@@ -110,7 +111,7 @@ class EnvRunner:
             self.buffers.unit_worker[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
         self.buffers.done_seq[me] = seq
-        ring_if_asleep(self.spec.done_bell, self.parent_asleep)
+        ring_sleepers(ONLY_OWNER, *self.parent_bell)
         # Anything large goes after the bell, so the parent is already reading when we send.
         if errors:
             self.conn.send(errors)

@@ -61,6 +61,10 @@ class EnvRunner:
         # the rows a step writes (rewards, flags, info lengths), as views made once: 0.2 us less a write
         mine, b = slice(self.start, self.start + len(envs)), buffers
         self.step_rows = tuple(a[mine] for a in (b.rewards, b.terminated, b.truncated, b.info_len, b.final_info_len))
+        # each slot's rows of this worker's envs, as views made once, where an observation is one
+        # array: writing into a view made before costs 1 us less a command than indexing each time
+        rows_of = range(self.start, self.start + len(envs))
+        self.slot_rows = [[s[0][i] for i in rows_of] for s in buffers.obs_slots] if self.single_obs_leaf else []
         rows = self.single_obs_leaf and buffers.final_rows  # (shape, dtype) of a final obs its row holds
         self.final_row_of = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if rows else None
         self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
@@ -128,22 +132,40 @@ class EnvRunner:
         An env that raises does not stop the others (each would run in its own process under
         AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
         """
-        b, start = self.buffers, self.start
+        start = self.start
         rewards_row, terminated_row, truncated_row, info_lengths, final_info_lengths = self.step_rows
-        results = []  # each env's (observation, reward, terminated, truncated)
+        observations: list[Any] = []
+        rewards: list[Any] = []
+        terminated: list[Any] = []
+        truncated: list[Any] = []
         failures: list[RemoteError] = []
         info_lengths.fill(INFO_EMPTY)  # (an env that returns an info writes its own)
         final_info_lengths.fill(INFO_EMPTY)
-        progress, me, step_one = b.progress, self.spec.worker, self._step_one  # (looked up once, not per env)
+        # (looked up once, not per env; the loop is the whole step's Python, written out: a call per
+        # env costs more than the env's own step does here)
+        progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
         for offset, env in enumerate(self.envs):
             index = start + offset
             progress[me] = index
             try:
-                results.append(step_one(offset, env, index, action_of))
+                if needs_reset[offset]:
+                    obs, info = self._reset_ended(offset, env)
+                    needs_reset[offset] = False
+                    reward, term, trunc = 0.0, False, False
+                else:
+                    obs, reward, term, trunc, info = env.step(action_of(index))
+                    if term or trunc:
+                        obs, info = self._episode_ended(offset, index, obs, info)
+                last_obs[offset] = obs
+                if info:  # (the others' lengths were cleared for the whole command)
+                    self._write_info(Arena.INFO, index, info)
             except Exception as exc:
                 failures.append(RemoteError(exc, index, Phase.STEP))
-                results.append((UNCHANGED, 0.0, False, False))
-        observations, rewards, terminated, truncated = zip(*results)
+                obs, reward, term, trunc = UNCHANGED, 0.0, False, False
+            observations.append(obs)
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
         try:
             rewards_row[...] = rewards
             terminated_row[...] = terminated
@@ -164,25 +186,17 @@ class EnvRunner:
         # an array's dtype may change from one step to the next: such rewards are looked at every step
         self.reward_types = types if REWARD_TYPES.issuperset(types) else None
 
-    def _step_one(self, offset: int, env: gym.Env, index: int, action_of: Callable[[int], Any]) -> tuple[Any, ...]:
-        """Step (or, after NEXT_STEP's end of episode, reset) one env and write its results but the observation."""
-        if self.needs_reset[offset]:
-            obs, info = self._reset_ended(offset, env)
-            self.needs_reset[offset] = False
-            reward, term, trunc = 0.0, False, False
-        else:
-            obs, reward, term, trunc, info = env.step(action_of(index))
-            if term or trunc:
-                if self.autoreset is AutoReset.SAME_STEP:
-                    self._write_final_obs(index, obs)
-                    self._write_info(Arena.FINAL_INFO, index, info)
-                    obs, info = env.reset()
-                elif self.autoreset is AutoReset.NEXT_STEP:
-                    self.needs_reset[offset] = True
-        self.last_obs[offset] = obs
-        if info:  # (the others' lengths were cleared for the whole command)
-            self._write_info(Arena.INFO, index, info)
-        return obs, reward, term, trunc
+    def _episode_ended(self, offset: int, index: int, obs: Any, info: dict) -> tuple[Any, dict]:
+        """An episode's last step: under SAME_STEP, its final observation and info written and the
+        env reset (the reset's observation and info returned); under NEXT_STEP, its reset marked
+        for the env's next step; under DISABLED, nothing."""
+        if self.autoreset is AutoReset.SAME_STEP:
+            self._write_final_obs(index, obs)
+            self._write_info(Arena.FINAL_INFO, index, info)
+            return self.envs[offset].reset()
+        if self.autoreset is AutoReset.NEXT_STEP:
+            self.needs_reset[offset] = True
+        return obs, info
 
     def _write_final_obs(self, index: int, obs: Any) -> None:
         """The final observation as the env returned it: in the env's final row where that holds it
@@ -235,10 +249,11 @@ class EnvRunner:
         one = self.single_obs_leaf
         if one:
             leaf = self.obs_leaves[0]
-            target, shape, dtype = arrays[0], leaf.shape, leaf.dtype
+            shape, dtype = leaf.shape, leaf.dtype
+            rows = self.slot_rows[slot] if unit is None else arrays[0][first : first + len(observations)]
         for offset, obs in enumerate(observations):
-            if one and type(obs) is np.ndarray and obs.shape == shape and obs.dtype == dtype:
-                target[first + offset] = obs  # the common case: one memcpy, nothing to check
+            if one and type(obs) is np.ndarray and obs.shape == shape and (obs.dtype is dtype or obs.dtype == dtype):
+                rows[offset][...] = obs  # the common case: one memcpy, nothing to check
                 continue
             if obs is UNCHANGED:
                 continue

@@ -138,22 +138,25 @@ class ShmVecEnv(RunProperties, VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         self.waiting = False
+        # the usual step's infos, made while the workers run rather than after (0.6 us for 8 envs)
+        usual = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
         batch = self._run.finish()
-        obs, rewards, dones, _, _, infos = self._results(batch, device=False)
+        obs, rewards, dones, _, _, infos = self._results(batch, device=False, usual=usual)
         return obs, rewards, dones, infos
 
-    def _results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
+    def _results(self, batch: Batch, device: bool, usual: list | None = None) -> tuple[Any, Any, Any, Any, Any, list]:
         """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
         the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
-        env's next reset, as in SB3's DummyVecEnv.
+        env's next reset, as in SB3's DummyVecEnv. ``usual``: the infos of a step where no env said
+        anything and no episode ended, made beforehand (else made here when needed).
         """
         ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
         dones = terminated | truncated
         flags = dones.tolist()
         if True not in flags and batch.said_nothing():  # the usual step: no info, no episode ended
-            infos = [{"TimeLimit.truncated": False} for _ in flags]
+            infos = usual if usual is not None else [{"TimeLimit.truncated": False} for _ in flags]
         else:
             infos = self._infos(batch, ids, terminated, truncated, flags)
         rewards = batch.stacked_rewards()

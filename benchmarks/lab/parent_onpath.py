@@ -64,7 +64,8 @@ def main() -> None:
     on_path = [(b - a) / 1e3 for (ta, a), (tb, b) in zip(marks, marks[1:]) if ta == "found" and tb == "rung"]
     rest = [(b - a) / 1e3 for (ta, a), (tb, b) in zip(marks, marks[1:]) if ta == "rung" and tb == "found"]
     print(
-        f"{facade}: step {seconds / steps * 1e6:.1f} us (mean), parent on the path {statistics.median(on_path):.2f} us, "
+        f"{facade}: step {seconds / steps * 1e6:.1f} us (mean), "
+        f"parent on the path {statistics.median(on_path):.2f} us, "
         f"ring -> found {statistics.median(rest):.2f} us (medians)"
     )
 

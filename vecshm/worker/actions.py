@@ -34,19 +34,24 @@ def action_reader(
 
     if len(all_leaves) == 1 and fixed and not structured:
         views, column, is_scalar = b.actions[0], codes[:, 0], scalar[0]
+        last: list[Any] = [None, None]  # the codes the last command read, and the reader they gave
 
         def one_leaf(dynamic: dict[int, list[Any]]) -> Callable[[int], Any]:
-            kinds = set(column.tolist())
-            if len(kinds) == 1:
-                code = kinds.pop()
-                view = views[code]
-                return view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
             per_env = column.tolist()
-            return lambda index: (
-                views[per_env[index - start]][index]
-                if is_scalar[per_env[index - start]]
-                else views[per_env[index - start]][index].copy()
-            )
+            if per_env == last[0]:  # the usual command: the codes of the one before
+                return last[1]
+            if len(set(per_env)) == 1:
+                code = per_env[0]
+                view = views[code]
+                read = view.__getitem__ if is_scalar[code] else lambda index: view[index].copy()
+            else:
+
+                def read(index: int) -> Any:
+                    code = per_env[index - start]
+                    return views[code][index] if is_scalar[code] else views[code][index].copy()
+
+            last[:] = per_env, read
+            return read
 
         return one_leaf
 

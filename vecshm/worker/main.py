@@ -250,7 +250,6 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
         if pending is None:
             return False
         busy_since = time.perf_counter()
-        spinner.record(busy_since - idle_since)
         for j in pending:
             seq = mine.item(j)
             command = COMMANDS[cmd.item(first + j)]
@@ -259,6 +258,7 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
             runners[j].run(command, seq)
         for j in pending:  # once every published result is out: resets done ahead hold up no env
             runners[j].reset_ended_ahead()
+        spinner.record(busy_since - idle_since)  # (the wait just ended, recorded off the commands' path)
 
 
 def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]:

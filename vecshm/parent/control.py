@@ -143,11 +143,14 @@ class ControlWords:
     def _finished(self, need: int | None) -> Ready:
         # (the buffers, not their view: a function kept for good must not keep the segment mapped)
         b, every = self._b, self._plan.all_workers
+        asked: list[Any] = [None, None]  # the whole batch's ticket looked at last, and its counters as a list
 
         def finished(ticket: Ticket) -> np.ndarray | None:
             done_seq, workers = b.done_seq, ticket.workers
             if workers is every and need is None:  # a whole batch (a sync step): compare the words as lists
-                return workers if done_seq.tolist() == ticket.expected.tolist() else None
+                if asked[0] is not ticket:  # (a spin asks of one ticket many times)
+                    asked[:] = ticket, ticket.expected.tolist()
+                return workers if done_seq.tolist() == asked[1] else None
             n = len(workers) if need is None else need
             done = workers[done_seq[workers] == ticket.expected]
             return done[:n] if len(done) >= n else None

@@ -101,6 +101,7 @@ class Waiter:
         self._next_check = 0.0
         self._ended = 0.0  # when the last wait ended
         self._turnaround = 0.0  # (the segment's word, which only this wait writes)
+        self._unrecorded: float | None = None  # the length of the last wait, not yet given to the spinner
 
     def collect(self, ticket: Ticket, ready: Ready, timeout: float | None, policy: Deaths) -> Collected:
         """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
@@ -125,6 +126,9 @@ class Waiter:
         if observer is not None:
             observer.wait_started()
         started = time.perf_counter()
+        if self._unrecorded is not None:  # the last wait's length, for this one's spin
+            self.spinner.record(self._unrecorded)
+            self._unrecorded = None
         # the parent's turnaround since the last wait, for the workers' spin (vecshm.worker.main);
         # a long pause (a learner's update) counts as TURNAROUND_CAP, so its mark fades in a few steps
         away = started - self._ended
@@ -135,10 +139,12 @@ class Waiter:
         result = ready(ticket)
         if result is None:  # (async batches often find finished workers: no wait to learn from)
             result, ticket = self._block(ticket, timeout, ready, on_death)
-            waited = time.perf_counter() - started
-            self.spinner.record(waited)
+            self._ended = ended = time.perf_counter()
+            # (the spinner learns it at the next wait: the results go back to the caller first)
+            self._unrecorded = waited = ended - started
             self.waited_seconds += waited
-        self._ended = ended = time.perf_counter()
+        else:
+            self._ended = ended = time.perf_counter()
         if observer is not None:
             observer.wait_ended(ended - started)
         if started >= self._next_check:

@@ -65,14 +65,14 @@ class EnvRunner:
         # array: writing into a view made before costs 1 us less a command than indexing each time
         rows_of = range(self.start, self.start + len(envs))
         self.slot_rows = [[s[0][i] for i in rows_of] for s in buffers.obs_slots] if self.single_obs_leaf else []
-        rows = self.single_obs_leaf and buffers.final_rows  # (shape, dtype) of a final obs its row holds
-        self.final_row_of = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if rows else None
+        # (shape, dtype) of an observation that is one array, and of a final one its row holds
+        self.one_row = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if self.single_obs_leaf else None
+        self.final_row_of = self.one_row if buffers.final_rows else None
         self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
-        # Under NEXT_STEP_AHEAD the envs behave as under NEXT_STEP, but the reset an ended episode
-        # needs is done as soon as the step is published, while the caller computes its actions,
-        # and kept here until the next step hands it on (or a reset of that env makes it moot).
+        # NEXT_STEP_AHEAD is NEXT_STEP with an ended episode's reset done once the step is published,
+        # while the caller computes its actions, and kept until the next step hands it on.
         ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
         self.autoreset = AutoReset.NEXT_STEP if ahead else spec.autoreset
         self.reset_ahead = ahead
@@ -106,11 +106,7 @@ class EnvRunner:
         """Status, then the ring unit written (the parent takes a batch once its units are named),
         then the command's sequence number, then the bell."""
         me = self.spec.worker
-        if errors:
-            status = Status.ERROR
-        else:
-            status = Status.OK_PIPED_INFOS if self.piped else Status.OK
-        self.buffers.status[me] = status
+        self.buffers.status[me] = Status.ERROR if errors else Status.OK_PIPED_INFOS if self.piped else Status.OK
         if unit is not None:
             self.buffers.unit_worker[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
@@ -125,24 +121,18 @@ class EnvRunner:
     # -- step and reset ---------------------------------------------------------------------------
 
     def _step_all(self, action_of: Callable[[int], Any]) -> Sequence[Any]:
-        """Step every env; its observations, to write once every env has stepped.
-
-        Scalars are gathered and written once per command.
-
-        An env that raises does not stop the others (each would run in its own process under
-        AsyncVectorEnv or SubprocVecEnv): every failure is reported, in env order.
-        """
+        """Step every env; its observations, to write once every env has stepped. Scalars are
+        gathered and written once per command. An env that raises does not stop the others (each
+        would run in its own process under AsyncVectorEnv or SubprocVecEnv): every failure is
+        reported, in env order."""
         start = self.start
         rewards_row, terminated_row, truncated_row, info_lengths, final_info_lengths = self.step_rows
-        observations: list[Any] = []
-        rewards: list[Any] = []
-        terminated: list[Any] = []
-        truncated: list[Any] = []
+        results: list[list[Any]] = [[], [], [], []]  # each env's observation, reward and flags
+        observations, rewards, terminated, truncated = results
         failures: list[RemoteError] = []
         info_lengths.fill(INFO_EMPTY)  # (an env that returns an info writes its own)
         final_info_lengths.fill(INFO_EMPTY)
-        # (looked up once, not per env; the loop is the whole step's Python, written out: a call per
-        # env costs more than the env's own step does here)
+        # (looked up once; the loop is written out: a call per env costs more than a cheap env's step)
         progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
         for offset, env in enumerate(self.envs):
             index = start + offset
@@ -246,10 +236,8 @@ class EnvRunner:
         else:
             arrays, first, unit = b.obs_slots[slot], start, None
         failures = []
-        one = self.single_obs_leaf
-        if one:
-            leaf = self.obs_leaves[0]
-            shape, dtype = leaf.shape, leaf.dtype
+        if one := self.one_row:  # (shape, dtype) of an observation that is one array
+            shape, dtype = one
             rows = self.slot_rows[slot] if unit is None else arrays[0][first : first + len(observations)]
         for offset, obs in enumerate(observations):
             if one and type(obs) is np.ndarray and obs.shape == shape and (obs.dtype is dtype or obs.dtype == dtype):

@@ -306,11 +306,11 @@ def _wait_for_commands(
         pending.extend(new_commands())
         return bool(pending)
 
-    loose = spec.loose_spin_seconds
+    loose, polite = spec.loose_spin_seconds, not spec.settings.get("own_core", False)
     if buffers.turnaround.item(0) <= loose:
-        spinner.spin(found, None, loose)
+        spinner.spin(found, None, loose, polite)
     else:
-        spinner.spin(found, loose)
+        spinner.spin(found, loose, polite=polite)
     if pending:
         return pending
     asleep = buffers.asleep[spec.hosted]

@@ -64,7 +64,11 @@ class Engine:
         # run hands the core over as soon as the step's commands are out (docs/design.md, "Waiting
         # without burning cores"). Not for async batches: there the parent is a stage of the pipeline.
         self.hand_over_core = plan.num_processes >= len(cores)
-        settings = [{"cpu_affinity": cores, "limit_threads": options.limit_threads} for cores in self.worker_cores]
+        # (with a core each, the workers' spins need not yield: vecshm.shared.sync.spin_for)
+        settings = [
+            {"cpu_affinity": cores, "limit_threads": options.limit_threads, "own_core": not self.hand_over_core}
+            for cores in self.worker_cores
+        ]
         self.nbytes = 0  # the segment's size, once laid out
         registry = b"" if self.start_method == "fork" else snapshot_registry()
         self.pool = ProcessPool(fns, plan, options, context, settings, self.transport, registry)

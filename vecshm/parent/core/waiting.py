@@ -92,6 +92,7 @@ class Waiter:
         self.timeout = timeout
         self.cores = cores
         self.spinner = Spinner(spin_seconds)
+        self.own_core = self.plan.num_processes < cores  # the parent and each worker process may have a core
         self.sentinels = {process.sentinel: p for p, process in enumerate(pool.processes)}  # -> process
         self.watch = DoneWatch(pool.transport, pool.done_bell, list(self.sentinels))
         self.waited_seconds = 0.0
@@ -166,7 +167,7 @@ class Waiter:
         # would cost a wake-up (50-75 us here) and no one else needs the core. When every core has
         # a busy worker, a spinning parent would steal from them, so only short waits are spun.
         if len(ticket.workers) < self.cores:
-            spun = self.spinner.spin(check, None, self.spinner.max_seconds)
+            spun = self.spinner.spin(check, None, self.spinner.max_seconds, polite=not self.own_core)
         else:
             spun = self.spinner.spin(check, OVERSUBSCRIBED_SPIN_SECONDS)
         if spun:

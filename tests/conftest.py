@@ -65,6 +65,7 @@ def rounds_until_every_env_stepped(histories: dict[int, list], n_envs: int, roun
 
 SPACES: dict[str, spaces.Space] = {
     "box_f32": spaces.Box(-1.0, 1.0, (3,), np.float32),
+    "box_scalar": spaces.Box(-1.0, 1.0, (), np.float32),  # 0-d arrays: a row of one number
     "box_f64_2d": spaces.Box(-5.0, 5.0, (2, 3), np.float64),
     "box_i16": spaces.Box(-100, 100, (4,), np.int16),
     "frame_u8": spaces.Box(0, 255, (210, 160, 3), np.uint8),

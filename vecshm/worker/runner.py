@@ -61,10 +61,11 @@ class EnvRunner:
         # the rows a step writes (rewards, flags, info lengths), as views made once: 0.2 us less a write
         mine, b = slice(self.start, self.start + len(envs)), buffers
         self.step_rows = tuple(a[mine] for a in (b.rewards, b.terminated, b.truncated, b.info_len, b.final_info_len))
-        # each slot's rows of this worker's envs, as views made once, where an observation is one
-        # array: writing into a view made before costs 1 us less a command than indexing each time
-        rows_of = range(self.start, self.start + len(envs))
-        self.slot_rows = [[s[0][i] for i in rows_of] for s in buffers.obs_slots] if self.single_obs_leaf else []
+        # each slot's rows of these envs and the ring's rows, as views made once (an observation that
+        # is one array; ``[i, ...]``: a 0-d row is a view too): 1 us less a command than indexing
+        rows = [s[0] for s in buffers.obs_slots] if self.single_obs_leaf else []
+        self.slot_rows = [[a[i, ...] for i in range(self.start, self.start + len(envs))] for a in rows]
+        self.ring_rows = [buffers.ring[0][r, ...] for r in range(len(buffers.ring[0]))] if rows and buffers.ring else []
         # (shape, dtype) of an observation that is one array, and of a final one its row holds
         self.one_row = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if self.single_obs_leaf else None
         self.final_row_of = self.one_row if buffers.final_rows else None
@@ -73,9 +74,8 @@ class EnvRunner:
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
         # NEXT_STEP_AHEAD is NEXT_STEP with an ended episode's reset done once the step is published,
         # while the caller computes its actions, and kept until the next step hands it on.
-        ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
-        self.autoreset = AutoReset.NEXT_STEP if ahead else spec.autoreset
-        self.reset_ahead = ahead
+        self.reset_ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
+        self.autoreset = AutoReset.NEXT_STEP if self.reset_ahead else spec.autoreset
         self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
         self.piped: dict[tuple[str, int], bytes] = {}
         self.info_columns = ColumnWriter()
@@ -238,7 +238,7 @@ class EnvRunner:
         failures = []
         if one := self.one_row:  # (shape, dtype) of an observation that is one array
             shape, dtype = one
-            rows = self.slot_rows[slot] if unit is None else arrays[0][first : first + len(observations)]
+            rows = self.slot_rows[slot] if unit is None else self.ring_rows[first : first + len(observations)]
         for offset, obs in enumerate(observations):
             if one and type(obs) is np.ndarray and obs.shape == shape and (obs.dtype is dtype or obs.dtype == dtype):
                 rows[offset][...] = obs  # the common case: one memcpy, nothing to check

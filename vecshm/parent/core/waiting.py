@@ -12,6 +12,7 @@ and an error the vec env cannot recover from fails it first).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -167,7 +168,9 @@ class Waiter:
         # would cost a wake-up (50-75 us here) and no one else needs the core. When every core has
         # a busy worker, a spinning parent would steal from them, so only short waits are spun.
         if len(ticket.workers) < self.cores:
-            spun = self.spinner.spin(check, None, self.spinner.max_seconds, polite=not self.own_core)
+            # (without yields only where nothing of the caller's may want this core: no other thread)
+            polite = not self.own_core or threading.active_count() > 1
+            spun = self.spinner.spin(check, None, self.spinner.max_seconds, polite=polite)
         else:
             spun = self.spinner.spin(check, OVERSUBSCRIBED_SPIN_SECONDS)
         if spun:

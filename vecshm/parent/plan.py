@@ -88,6 +88,12 @@ class VecEnvPlan:
     def num_processes(self) -> int:
         return len(self.process_slices)
 
+    def core_each(self, num_cores: int) -> bool:
+        """Whether the parent and every worker process may each have one of ``num_cores`` cores:
+        else the parent shares one with a worker (it hands its core over in a synchronous step), and
+        spins yield their core at every turn (vecshm.shared.sync.spin_for)."""
+        return self.num_processes < num_cores
+
     @property
     def num_workers(self) -> int:
         return len(self.worker_slices)

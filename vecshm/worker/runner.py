@@ -57,18 +57,17 @@ class EnvRunner:
         self.obs_fixed = layout.obs_fixed
         self.obs_dynamic = layout.obs_dynamic
         self.action_dynamic = layout.action_dynamic
-        self.single_obs_leaf = one_array(self.obs_leaves)
         # the rows a step writes (rewards, flags, info lengths), as views made once: 0.2 us less a write
         mine, b = slice(self.start, self.start + len(envs)), buffers
         self.step_rows = tuple(a[mine] for a in (b.rewards, b.terminated, b.truncated, b.info_len, b.final_info_len))
+        # (shape, dtype) of an observation that is one array, and of a final one its row holds
+        self.one_row = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if one_array(self.obs_leaves) else None
+        self.final_row_of = self.one_row if buffers.final_rows else None
         # each slot's rows of these envs and the ring's rows, as views made once (an observation that
         # is one array; ``[i, ...]``: a 0-d row is a view too): 1 us less a command than indexing
-        rows = [s[0] for s in buffers.obs_slots] if self.single_obs_leaf else []
+        rows = [s[0] for s in buffers.obs_slots] if self.one_row else []
         self.slot_rows = [[a[i, ...] for i in range(self.start, self.start + len(envs))] for a in rows]
         self.ring_rows = [buffers.ring[0][r, ...] for r in range(len(buffers.ring[0]))] if rows and buffers.ring else []
-        # (shape, dtype) of an observation that is one array, and of a final one its row holds
-        self.one_row = (self.obs_leaves[0].shape, self.obs_leaves[0].dtype) if self.single_obs_leaf else None
-        self.final_row_of = self.one_row if buffers.final_rows else None
         self.action_reader = action_reader(buffers, self.start, len(envs), self.action_space)
         self.needs_reset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
@@ -240,7 +239,7 @@ class EnvRunner:
             shape, dtype = one
             rows = self.slot_rows[slot] if unit is None else self.ring_rows[first : first + len(observations)]
         for offset, obs in enumerate(observations):
-            if one and type(obs) is np.ndarray and obs.shape == shape and (obs.dtype is dtype or obs.dtype == dtype):
+            if one and type(obs) is np.ndarray and obs.shape == shape and obs.dtype == dtype:
                 rows[offset][...] = obs  # the common case: one memcpy, nothing to check
                 continue
             if obs is UNCHANGED:
@@ -257,7 +256,7 @@ class EnvRunner:
         """Write env ``index``'s observation: fixed leaves at ``row`` of ``arrays``, dynamic ones
         pickled into its arena slot. (A single leaf of the right shape and dtype is written by the caller.)"""
         try:
-            values = [obs] if self.single_obs_leaf else flatten(self.obs_space, obs)
+            values = [obs] if self.one_row else flatten(self.obs_space, obs)
             if self.obs_dynamic:
                 dynamic = [v for leaf, v in zip(self.obs_leaves, values) if leaf.dynamic]
                 values = [v for leaf, v in zip(self.obs_leaves, values) if not leaf.dynamic]

@@ -63,11 +63,12 @@ class Engine:
         # wait for the parent's side of a synchronous step (lending, then the wait) before it runs: the
         # run hands the core over as soon as the step's commands are out (docs/design.md, "Waiting
         # without burning cores"). Not for async batches: there the parent is a stage of the pipeline.
-        self.hand_over_core = plan.num_processes >= len(cores)
+        own_core = plan.core_each(len(cores))
+        self.hand_over_core = not own_core
         # (with a core each, the workers' spins need not yield: vecshm.shared.sync.spin_for)
         settings = [
-            {"cpu_affinity": cores, "limit_threads": options.limit_threads, "own_core": not self.hand_over_core}
-            for cores in self.worker_cores
+            {"cpu_affinity": pinned, "limit_threads": options.limit_threads, "own_core": own_core}
+            for pinned in self.worker_cores
         ]
         self.nbytes = 0  # the segment's size, once laid out
         registry = b"" if self.start_method == "fork" else snapshot_registry()

@@ -93,7 +93,7 @@ class Waiter:
         self.timeout = timeout
         self.cores = cores
         self.spinner = Spinner(spin_seconds)
-        self.own_core = self.plan.num_processes < cores  # the parent and each worker process may have a core
+        self.own_core = self.plan.core_each(cores)
         self.sentinels = {process.sentinel: p for p, process in enumerate(pool.processes)}  # -> process
         self.watch = DoneWatch(pool.transport, pool.done_bell, list(self.sentinels))
         self.waited_seconds = 0.0

@@ -60,9 +60,10 @@ def main() -> None:
         env.reset()
         actions = np.zeros(N_ENVS, dtype=np.int64)
         pids = [process.pid for process in env.processes]
-        rates: dict[str, list[float]] = {name: [] for name in placements(len(pids))}
+        chosen = placements(len(pids))
+        rates: dict[str, list[float]] = {name: [] for name in chosen}
         for _ in range(rounds):
-            for name, allowed in placements(len(pids)).items():
+            for name, allowed in chosen.items():
                 for pid, cores in zip(pids, allowed):
                     os.sched_setaffinity(pid, cores)
                 rate(env, actions, 0.1)

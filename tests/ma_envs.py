@@ -19,8 +19,11 @@ class RandomDeaths(ParallelEnv):
 
     metadata = {"name": "random_deaths_v0", "is_parallelizable": True, "render_modes": []}
 
-    def __init__(self, num_agents: int = 4, max_len: int = 12, info: bool = True, join_late: bool = True) -> None:
+    def __init__(
+        self, num_agents: int = 4, max_len: int = 12, info: bool = True, join_late: bool = True, deaths: bool = True
+    ) -> None:
         self.join_late = join_late
+        self.death_rate = 0.15 if deaths else 0.0
         self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
         self.agents: list[str] = []
         self.max_len = max_len
@@ -63,7 +66,7 @@ class RandomDeaths(ParallelEnv):
                 raise ValueError(f"invalid action {actions[a]!r}")
             obs[a] = self._obs(a)
             rewards[a] = float(actions[a]) + float(self.rng.random())
-            terms[a] = bool(self.rng.random() < 0.15)
+            terms[a] = bool(self.rng.random() < self.death_rate)
             truncs[a] = self.t >= self.length
             infos[a] = self._info(a)
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
@@ -109,3 +112,98 @@ def real_envs() -> dict[str, Any]:
         "kaz_black_death": lambda: ss.black_death_v3(knights_archers_zombies_v11.parallel_env(max_cycles=8)),
         "simple_spread": lambda: simple_spread_v3.parallel_env(max_cycles=5),
     }
+
+
+class DictAgents(ParallelEnv):
+    """Five agents observing a Dict with a Tuple inside and acting in a Dict, as SuperSuit's
+    ``test_vector_dict`` env: agent ``i``'s ``feature`` is all ``i``; ``id`` is random. An episode is
+    truncated after a random length (3 to 8); rewards follow the actions; infos count steps."""
+
+    metadata = {"name": "dict_agents_v0", "is_parallelizable": True, "render_modes": []}
+
+    def __init__(self) -> None:
+        self.possible_agents = [str(i) for i in range(5)]
+        self.agents: list[str] = []
+        self.render_mode = None
+        self._obs_space = spaces.Dict(
+            {
+                "feature": spaces.Box(0.0, 10.0, (5,), np.float32),
+                "id": spaces.Tuple((spaces.Box(0.0, 10.0, (7,), np.float32), spaces.Box(0.0, 10.0, (8,), np.float32))),
+            }
+        )
+        self._act_space = spaces.Dict({"mask": spaces.Discrete(10), "obs": spaces.Box(0.0, 10.0, (5,), np.float32)})
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act_space
+
+    def _obs(self, agent: str) -> dict[str, Any]:
+        ids = tuple(self.rng.uniform(0, 10, n).astype(np.float32) for n in (7, 8))
+        return {"feature": np.full(5, int(agent), np.float32), "id": ids}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None or not hasattr(self, "rng"):
+            self.rng = np.random.default_rng(seed)
+        self.t, self.length = 0, int(self.rng.integers(3, 9))
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {"t": 0} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self.t += 1
+        for a in self.agents:
+            if actions[a] not in self._act_space:
+                raise ValueError(f"invalid action {actions[a]!r}")
+        obs = {a: self._obs(a) for a in self.agents}
+        rewards = {a: float(actions[a]["mask"]) + float(actions[a]["obs"].sum()) for a in self.agents}
+        terms = {a: False for a in self.agents}
+        truncs = {a: self.t >= self.length for a in self.agents}
+        infos = {a: {"t": self.t} for a in self.agents}
+        if self.t >= self.length:
+            self.agents = []
+        return obs, rewards, terms, truncs, infos
+
+
+class MultiDiscreteAgents(RandomDeaths):
+    """:class:`RandomDeaths` (every agent there from the start, none dying) acting in ``MultiDiscrete([3, 2])``."""
+
+    def __init__(self) -> None:
+        super().__init__(join_late=False, deaths=False)
+        self._act_space = spaces.MultiDiscrete([3, 2])
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        for a in self.agents:
+            if actions[a] not in self._act_space:
+                raise ValueError(f"invalid action {actions[a]!r}")
+        return super().step({a: int(action[0]) for a, action in actions.items()})
+
+
+class GymAgent(ParallelEnv):
+    """A Gymnasium env as a ParallelEnv of one agent, ``"env"``: what SuperSuit's own functions step
+    correctly, where they fail on the Gymnasium env itself (its ``SingleVecEnv`` predates
+    Gymnasium 1.x's ``reset``), so that SuperSuit's conventions for a Gymnasium env can be checked."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.possible_agents = ["env"]
+        self.agents: list[str] = []
+        self.metadata = env.metadata
+        self.render_mode = env.render_mode
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.env.observation_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.env.action_space
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.agents = ["env"]
+        return {"env": obs}, {"env": info}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(actions["env"])
+        if terminated or truncated:
+            self.agents = []
+        return {"env": obs}, {"env": reward}, {"env": terminated}, {"env": truncated}, {"env": info}

@@ -86,7 +86,7 @@ def test_sb3_rows_are_supersuit_s_with_sb3_s_infos(name, no_leaks):
 def test_gymnasium_rows_are_supersuit_s_with_gymnasium_s_infos(name, no_leaks):
     env = REAL[name]()
     reference = supersuit_reference(env, COPIES)
-    ours = concat_vec_envs_v1(pettingzoo_env_to_vec_env_v1(env), COPIES, num_cpus=2, start_method="fork")
+    ours = AgentVectorEnv(env, COPIES, 2, start_method="fork")
     try:
         assert ours.metadata["autoreset_mode"] is gym.vector.AutoresetMode.SAME_STEP
         a, rows = len(env.possible_agents), ours.num_envs

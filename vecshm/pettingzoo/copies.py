@@ -29,6 +29,7 @@ from vecshm.shared.protocol import AutoReset
 __all__ = [
     "AgentPlan",
     "Rows",
+    "copy_options",
     "describe",
     "naming_copies",
     "plan_copies",
@@ -71,19 +72,26 @@ def start_copies(
 ) -> VecRun:
     """A run of ``plan.num_copies`` copies of ``parallel_env`` on ``num_cpus`` worker processes
     (0: vecshm's default plan); ``batch_size``: copies per async batch."""
-    if not isinstance(num_cpus, (int, np.integer)) or num_cpus < 0:
-        raise ValueError(f"num_cpus must be an int >= 0 (0: vecshm's default plan), got {num_cpus!r}")
     if options.get("device") is not None:
         raise ValueError(
             "device= is not supported by vecshm.pettingzoo: its rows come as numpy arrays; pass "
             "pin_memory=True for fast copies to a GPU (torch.as_tensor(obs).to('cuda'), or SB3's obs_as_tensor)"
         )
-    if num_cpus and options.get("envs_per_worker") is None:
-        options = {**options, "envs_per_worker": -(-plan.num_copies // min(int(num_cpus), plan.num_copies))}
     fns = [CopyOf(parallel_env)] * plan.num_copies
-    if options.get("start_method") is None:  # as SuperSuit's processes: multiprocessing's default, as AsyncVectorEnv
+    return VecRun(fns, batch_size, autoreset=autoreset, **copy_options(fns, num_cpus, options))
+
+
+def copy_options(fns: list[Any], num_cpus: int, options: dict[str, Any]) -> dict[str, Any]:
+    """vecshm's ``options`` for copies made by ``fns`` on SuperSuit's ``num_cpus`` worker processes
+    (0: vecshm's default plan), the start method, unless given, multiprocessing's default, as
+    SuperSuit's processes (and AsyncVectorEnv) take it."""
+    if not isinstance(num_cpus, (int, np.integer)) or num_cpus < 0:
+        raise ValueError(f"num_cpus must be an int >= 0 (0: vecshm's default plan), got {num_cpus!r}")
+    if num_cpus and options.get("envs_per_worker") is None:
+        options = {**options, "envs_per_worker": -(-len(fns) // min(int(num_cpus), len(fns)))}
+    if options.get("start_method") is None:
         options = {**options, "start_method": gymnasium_start_method(_user_frame(), fns)}
-    return VecRun(fns, batch_size, autoreset=autoreset, **options)
+    return options
 
 
 def describe(venv: Any) -> str:

@@ -24,10 +24,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from vecshm.shared.errors import SpaceMismatchError
+from vecshm.shared.errors import NotAParallelEnvError, SpaceMismatchError
 from vecshm.shared.layout import RowItems
 
-__all__ = ["AgentRows", "CopyOf", "agent_spaces", "ROW_FIELDS"]
+__all__ = ["AgentRows", "CopyOf", "EnvCopy", "agent_spaces", "is_wrapped_by", "ROW_FIELDS"]
 
 ROW_FIELDS = ("obs", "reward", "terminated", "truncated", "present")  # the keys of a copy's observation
 
@@ -38,9 +38,10 @@ def agent_spaces(parallel_env: Any) -> tuple[list[str], gym.Space, gym.Space]:
     need one space: SuperSuit's padding wrappers make them one)."""
     agents = getattr(parallel_env, "possible_agents", None)
     if not callable(getattr(parallel_env, "observation_space", None)) or agents is None:
-        raise TypeError(
+        raise NotAParallelEnvError(
             f"expected a PettingZoo ParallelEnv (with possible_agents and observation_space(agent)), got "
-            f"{type(parallel_env).__name__}; an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel"
+            f"{type(parallel_env).__name__}; an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel "
+            "(concat_vec_envs_v1 also takes a Gymnasium env)"
         )
     agents = list(agents)
     if not agents:
@@ -62,15 +63,22 @@ def agent_spaces(parallel_env: Any) -> tuple[list[str], gym.Space, gym.Space]:
     return agents, parallel_env.observation_space(first), parallel_env.action_space(first)
 
 
-class CopyOf:
-    """An env factory for the engine: a fresh copy of one ``ParallelEnv`` (pickled once, here),
-    as :class:`AgentRows`. SuperSuit copies the env the same way, with cloudpickle."""
+class EnvCopy:
+    """An env factory for the engine: a fresh copy of one env (pickled once, here). SuperSuit
+    copies the env the same way, with cloudpickle."""
 
-    def __init__(self, parallel_env: Any) -> None:
-        self.blob = cloudpickle.dumps(parallel_env)
+    def __init__(self, env: Any) -> None:
+        self.blob = cloudpickle.dumps(env)
+
+    def __call__(self) -> Any:
+        return cloudpickle.loads(self.blob)
+
+
+class CopyOf(EnvCopy):
+    """A fresh copy of one ``ParallelEnv``, as :class:`AgentRows`."""
 
     def __call__(self) -> AgentRows:
-        return AgentRows(cloudpickle.loads(self.blob))
+        return AgentRows(super().__call__())
 
 
 class AgentRows(gym.Env):
@@ -165,6 +173,10 @@ class AgentRows(gym.Env):
     def render(self) -> Any:
         return self.par_env.render()
 
+    def is_wrapped_by(self, wrapper_class: type) -> bool:
+        """Whether the copy's env is wrapped in ``wrapper_class`` (see :func:`is_wrapped_by`)."""
+        return is_wrapped_by(self.par_env, wrapper_class)
+
     def close(self) -> None:
         self.par_env.close()
 
@@ -173,6 +185,34 @@ class AgentRows(gym.Env):
         if name.startswith("_") or name == "par_env":
             raise AttributeError(name)
         return getattr(self.par_env, name)
+
+
+def is_wrapped_by(env: Any, wrapper_class: type) -> bool:
+    """Whether ``wrapper_class`` is among the wrappers around ``env``: Gymnasium's, PettingZoo's
+    (parallel and AEC, SuperSuit's among them) and, through ``aec_to_parallel``, those of the AEC
+    env a parallel env was made from. (SuperSuit's own vec envs answer False for every PettingZoo
+    env, and walk a Gymnasium env's wrappers as this does.)"""
+    for _ in range(1000):  # a chain of wrappers, never a cycle; the bound is a guard
+        if isinstance(env, wrapper_class):
+            return True
+        env = _inner_env(env)
+        if env is None:
+            return False
+    return False
+
+
+def _inner_env(env: Any) -> Any:
+    """The env that ``env`` wraps, or None where it wraps none."""
+    if isinstance(env, gym.Wrapper) or getattr(env, "wraps_one_env", False):
+        return env.env
+    try:
+        from pettingzoo.utils.conversions import aec_to_parallel_wrapper  # type: ignore[import-untyped]
+        from pettingzoo.utils.wrappers import BaseParallelWrapper, BaseWrapper  # type: ignore[import-untyped]
+    except ImportError:  # (a Gymnasium env, without PettingZoo installed)
+        return None
+    if isinstance(env, aec_to_parallel_wrapper):
+        return env.aec_env
+    return env.env if isinstance(env, (BaseWrapper, BaseParallelWrapper)) else None
 
 
 def _contains(space: gym.Space, action: Any) -> bool:

@@ -80,6 +80,8 @@ class AgentVecEnv(RunProperties, VecEnv):
         except BaseException:
             self.close()
             raise
+        # the env's own (``env.unwrapped.metadata["name"]``, as SuperSuit's hands it on), beside SB3's render modes
+        self.metadata = {**self.metadata, **(getattr(parallel_env, "metadata", None) or {})}
 
     # -- stepping ---------------------------------------------------------------------------------
 
@@ -217,7 +219,9 @@ class AgentVecEnv(RunProperties, VecEnv):
         return self._per_row("env_method", indices, method_name, *method_args, **method_kwargs)
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        return self._per_row("env_is_wrapped", indices, wrapper_class)
+        """Whether each row's copy is wrapped in ``wrapper_class``: Gymnasium's wrappers, PettingZoo's
+        and SuperSuit's, and those of the AEC env a parallel env was made from."""
+        return self._per_row("env_method", indices, "is_wrapped_by", wrapper_class)
 
     def has_attr(self, attr_name: str) -> bool:
         self._check_idle("has_attr")

@@ -32,38 +32,31 @@ from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vector.infos import batch_infos
 from vecshm.vector.rules import seed_list
 
-__all__ = ["AgentVectorEnv"]
+__all__ = ["AgentVectorEnv", "CopyRowsVectorEnv"]
 
 MODES = {AutoresetMode.SAME_STEP: AutoReset.SAME_STEP, AutoresetMode.NEXT_STEP: AutoReset.NEXT_STEP}
 
 
-class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
-    """Gymnasium's ``VectorEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a``
-    is agent ``possible_agents[a]`` of copy ``k``.
-
-    :param parallel_env: a PettingZoo ``ParallelEnv`` (copied for each copy, with cloudpickle);
-        every agent must share one observation and one action space
-    :param num_copies: copies of the env
-    :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
-    :param copy: return copies of observations (lent from the segment), else views the next step overwrites
-    :param autoreset_mode: ``SAME_STEP`` (default, as SuperSuit resets a copy) or ``NEXT_STEP``
-    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
-    :param options: vecshm's options, as :class:`~vecshm.ShmVectorEnv` takes them
-
-    Infos carry ``present`` (whether each row's agent is in the observations returned; an absent
-    agent's row is zeros, with reward 0).
+class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
+    """What the Gymnasium-shaped multi-agent vec envs share: ``num_copies`` copies of
+    ``parallel_env`` on one run, row ``k * num_agents + a`` agent ``possible_agents[a]`` of copy
+    ``k``, stepped, reset, sent and called alike. A subclass says how a batch's rows become the
+    infos it returns (:meth:`_infos`), what its spaces and metadata are, and in which dtype its
+    rewards come (``reward_dtype``): :class:`AgentVectorEnv` in Gymnasium's conventions,
+    :class:`~vecshm.pettingzoo.supersuit_shape.SuperSuitVecEnv` in SuperSuit's.
     """
+
+    reward_dtype: type = np.float64
 
     def __init__(
         self,
         parallel_env: Any,
         num_copies: int,
-        num_cpus: int = 0,
-        *,
-        copy: bool = True,
-        autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
-        batch_size: int | None = None,
-        **options: Any,
+        num_cpus: int,
+        copy: bool,
+        autoreset_mode: str | AutoresetMode,
+        batch_size: int | None,
+        options: dict[str, Any],
     ) -> None:
         self.closed = True  # until the workers are up
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -80,19 +73,19 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self.possible_agents = plan.agents
         self.single_observation_space = plan.observation_space
         self.single_action_space = plan.action_space
-        self.observation_space = batch_space(plan.observation_space, plan.num_rows)
-        self.action_space = batch_space(plan.action_space, plan.num_rows)
-        metadata = dict(getattr(parallel_env, "metadata", {}) or {})
-        self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = getattr(getattr(parallel_env, "unwrapped", parallel_env), "render_mode", None)
         self._pending = ""  # "step" or "reset" between an *_async call and its *_wait
         self._last_copies = 0
+
+    def _infos(self, rows: Rows) -> Any:
+        """The infos of ``rows``, in the subclass's form."""
+        raise NotImplementedError
 
     # -- stepping ---------------------------------------------------------------------------------
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
+    ) -> tuple[Any, Any]:
         """Reset every copy: copy ``k`` with ``seed + k`` (a list: a seed per row, a copy's first row's counting)."""
         self._check_idle("reset")
         seeds = self._copy_seeds(seed)
@@ -100,10 +93,10 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_reset([{"seed": s, "options": options} for s in seeds], self.copy)
         with naming_copies():
             batch = self._run.finish()
-        rows = read_rows(batch, self.agent_plan, self.copy, same_step=False)
+        rows = read_rows(batch, self.agent_plan, self.copy, False, self.reward_dtype)
         return rows.obs, self._infos(rows)
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         self.step_async(actions)
         return self.step_wait()
 
@@ -112,14 +105,14 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
         self._pending = "step"
 
-    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         self._run.check_usable()
         if self._pending != "step":
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", "step")
         self._pending = ""
         with naming_copies():
             batch = self._run.finish()
-        rows = read_rows(batch, self.agent_plan, self.copy, self._same_step)
+        rows = read_rows(batch, self.agent_plan, self.copy, self._same_step, self.reward_dtype)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows)
 
     def _copy_seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
@@ -131,33 +124,6 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
     @property
     def _same_step(self) -> bool:
         return self.autoreset_mode is AutoresetMode.SAME_STEP
-
-    def _infos(self, rows: Rows) -> dict[str, Any]:
-        """Gymnasium's infos of ``rows``: each agent's info batched with masks, ``present``, and,
-        under SAME_STEP, ``final_obs`` and ``final_info`` for each row whose agent is done (for a
-        copy reset in the step, the row's info is then the reset's)."""
-        a = self.num_agents
-        per_row = [info for agents in rows.infos for info in agents]
-        if rows.restarted:
-            for k in rows.restarted:
-                for j in range(a):
-                    per_row[k * a + j]["worker_restarted"] = True
-        if self._same_step:
-            done = (rows.terminated | rows.truncated).nonzero()[0].tolist()
-            for r in done:
-                k, j = divmod(r, a)
-                if k in rows.finals:
-                    final = rows.finals[k]
-                    last = row_of(final["obs"], j) if final["present"][j] else None
-                    info = rows.final_infos[k][j]
-                    if k in rows.restarted:
-                        info["worker_restarted"] = True
-                else:  # an agent done, its copy going on: its row holds its last observation
-                    last, info, per_row[r] = row_of(rows.obs, r), per_row[r], {}
-                per_row[r] = {"final_obs": last, "final_info": info, **per_row[r]}
-        infos = batch_infos(len(per_row), per_row, self._add_info)
-        infos["present"], infos["_present"] = rows.present, np.ones(len(per_row), dtype=bool)
-        return infos
 
     # -- async batches: whole copies --------------------------------------------------------------
 
@@ -174,14 +140,14 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
         self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
 
-    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+    def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any, np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminations, truncations,
         infos, copy_ids)``, the rows of those copies in ``copy_ids`` order."""
         self._run.check_usable()
         with naming_copies():
             batch = self._run.recv()
         self._last_copies = len(batch.ids)
-        rows = read_rows(batch, self.agent_plan, self.copy, self._same_step)
+        rows = read_rows(batch, self.agent_plan, self.copy, self._same_step, self.reward_dtype)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows), np.asarray(batch.env_ids)
 
     # -- calls: on the copies hosting the rows ----------------------------------------------------
@@ -210,6 +176,11 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._check_idle("render")
         return tuple(self._run.call(CallOp.RENDER, list(range(self.agent_plan.num_copies))))
 
+    def env_is_wrapped(self, wrapper_class: type) -> list[bool]:
+        """Whether each row's copy is wrapped in ``wrapper_class``: Gymnasium's wrappers, PettingZoo's
+        and SuperSuit's, and those of the AEC env a parallel env was made from."""
+        return list(self._per_row(CallOp.ENV_METHOD, "is_wrapped_by", (wrapper_class,), {}, True))
+
     def _per_row(self, op: CallOp, *args: Any) -> tuple[Any, ...]:
         self._check_idle(op.name.lower())
         answers = self._run.call(op, list(range(self.agent_plan.num_copies)), *args)
@@ -233,7 +204,7 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._pending = ""
         self._run.close()
 
-    def __enter__(self) -> AgentVectorEnv:
+    def __enter__(self) -> CopyRowsVectorEnv:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -245,3 +216,66 @@ class AgentVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     def __repr__(self) -> str:
         return describe(self)
+
+
+class AgentVectorEnv(CopyRowsVectorEnv):
+    """Gymnasium's ``VectorEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a``
+    is agent ``possible_agents[a]`` of copy ``k``.
+
+    :param parallel_env: a PettingZoo ``ParallelEnv`` (copied for each copy, with cloudpickle);
+        every agent must share one observation and one action space
+    :param num_copies: copies of the env
+    :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
+    :param copy: return copies of observations (lent from the segment), else views the next step overwrites
+    :param autoreset_mode: ``SAME_STEP`` (default, as SuperSuit resets a copy) or ``NEXT_STEP``
+    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
+    :param options: vecshm's options, as :class:`~vecshm.ShmVectorEnv` takes them
+
+    ``observation_space`` and ``action_space`` are batched, one agent's are ``single_*``, as every
+    Gymnasium vector env's. Infos carry ``present`` (whether each row's agent is in the observations
+    returned; an absent agent's row is zeros, with reward 0).
+    """
+
+    def __init__(
+        self,
+        parallel_env: Any,
+        num_copies: int,
+        num_cpus: int = 0,
+        *,
+        copy: bool = True,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
+        batch_size: int | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(parallel_env, num_copies, num_cpus, copy, autoreset_mode, batch_size, options)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        metadata = dict(getattr(parallel_env, "metadata", {}) or {})
+        self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
+
+    def _infos(self, rows: Rows) -> dict[str, Any]:
+        """Gymnasium's infos of ``rows``: each agent's info batched with masks, ``present``, and,
+        under SAME_STEP, ``final_obs`` and ``final_info`` for each row whose agent is done (for a
+        copy reset in the step, the row's info is then the reset's)."""
+        a = self.num_agents
+        per_row = [info for agents in rows.infos for info in agents]
+        if rows.restarted:
+            for k in rows.restarted:
+                for j in range(a):
+                    per_row[k * a + j]["worker_restarted"] = True
+        if self._same_step:
+            done = (rows.terminated | rows.truncated).nonzero()[0].tolist()
+            for r in done:
+                k, j = divmod(r, a)
+                if k in rows.finals:
+                    final = rows.finals[k]
+                    last = row_of(final["obs"], j) if final["present"][j] else None
+                    info = rows.final_infos[k][j]
+                    if k in rows.restarted:
+                        info["worker_restarted"] = True
+                else:  # an agent done, its copy going on: its row holds its last observation
+                    last, info, per_row[r] = row_of(rows.obs, r), per_row[r], {}
+                per_row[r] = {"final_obs": last, "final_info": info, **per_row[r]}
+        infos = batch_infos(len(per_row), per_row, self._add_info)
+        infos["present"], infos["_present"] = rows.present, np.ones(len(per_row), dtype=bool)
+        return infos

@@ -19,6 +19,7 @@ __all__ = [
     "FailedError",
     "InvalidArgumentError",
     "SpaceMismatchError",
+    "NotAParallelEnvError",
     "WorkerError",
     "WorkerDiedError",
     "ActorDiedError",
@@ -68,6 +69,14 @@ class SpaceMismatchError(VecShmError, ValueError, RuntimeError, AssertionError, 
     (Gymnasium 1.4's ``batch_differing_spaces``: bounds or shapes that differ, spaces of different
     types) and an ``AssertionError`` (other Gymnasium versions'), so code written against any of
     them catches it.
+    """
+
+
+class NotAParallelEnvError(VecShmError, TypeError, AssertionError):
+    """``vecshm.pettingzoo`` was given what is not a PettingZoo ``ParallelEnv``.
+
+    Also an ``AssertionError``: SuperSuit's ``pettingzoo_env_to_vec_env_v1`` refuses the same with
+    ``assert``, so code written against it catches this too.
     """
 
 

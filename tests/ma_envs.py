@@ -103,7 +103,7 @@ class MixedSpaces(RandomDeaths):
 def real_envs() -> dict[str, Any]:
     """Each real env the tests run, as a factory of a small-episode instance."""
     import supersuit as ss
-    from mpe2 import simple_spread_v3
+    from mpe2 import simple_spread_v3, simple_world_comm_v3
     from pettingzoo.butterfly import cooperative_pong_v6, knights_archers_zombies_v11, pistonball_v6
 
     return {
@@ -111,6 +111,10 @@ def real_envs() -> dict[str, Any]:
         "cooperative_pong": lambda: cooperative_pong_v6.parallel_env(max_cycles=10),
         "kaz_black_death": lambda: ss.black_death_v3(knights_archers_zombies_v11.parallel_env(max_cycles=8)),
         "simple_spread": lambda: simple_spread_v3.parallel_env(max_cycles=5),
+        "simple_world_comm": lambda: ss.pad_action_space_v0(
+            ss.pad_observations_v0(simple_world_comm_v3.parallel_env(max_cycles=5))
+        ),
+        "dict_agents": DictAgents,
     }
 
 

@@ -82,7 +82,7 @@ def test_sb3_rows_are_supersuit_s_with_sb3_s_infos(name, no_leaks):
         reference.close()
 
 
-@pytest.mark.parametrize("name", list(REAL))
+@pytest.mark.parametrize("name", [name for name in REAL if name != "dict_agents"])  # (see expected_infos)
 def test_gymnasium_rows_are_supersuit_s_with_gymnasium_s_infos(name, no_leaks):
     env = REAL[name]()
     reference = supersuit_reference(env, COPIES)
@@ -114,7 +114,8 @@ def test_gymnasium_rows_are_supersuit_s_with_gymnasium_s_infos(name, no_leaks):
 def expected_infos(venv: Any, supersuit_infos: list[dict], ended: np.ndarray) -> dict[str, Any]:
     """SuperSuit's list of infos in Gymnasium's SAME_STEP form, batched by Gymnasium's ``_add_info``:
     a row whose copy ended has its last observation in ``final_obs`` and its step's info in
-    ``final_info`` (the real envs' infos hold no keys, so SuperSuit's merged dict is split thus)."""
+    ``final_info`` (the real envs' infos hold no keys, so SuperSuit's merged dict is split thus; the
+    infos of an env with keys, ``dict_agents``, are checked in SuperSuit's shape and SB3's)."""
     infos: dict[str, Any] = {}
     for r, info in enumerate(supersuit_infos):
         info = dict(info)

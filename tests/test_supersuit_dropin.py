@@ -24,7 +24,7 @@ from conftest import assert_tree_equal
 pytest.importorskip("pettingzoo")
 ss = pytest.importorskip("supersuit")
 
-from ma_envs import DictAgents, MultiDiscreteAgents, RandomDeaths  # noqa: E402
+from ma_envs import DictAgents, GymAgent, MultiDiscreteAgents, RandomDeaths  # noqa: E402
 from mpe2 import simple_spread_v3, simple_world_comm_v3  # noqa: E402
 from pettingzoo.butterfly import knights_archers_zombies_v11, pistonball_v6  # noqa: E402
 
@@ -362,3 +362,160 @@ def test_gymnasium_s_normalize_observation_takes_it(impl, closing):
 def test_bad_base_class_is_a_value_error(impl):
     with pytest.raises(ValueError, match="base_class"):
         impl.concat(impl.to_vec(simple_spread_v3.parallel_env()), 2, base_class="rllib")
+
+
+@supersuit_fails("flags")
+@pytest.mark.parametrize("base_class", ["gymnasium", "stable_baselines3"])
+def test_flags_are_bool_arrays(impl, base_class, closing):
+    venv = impl.concat(impl.to_vec(simple_spread_v3.parallel_env(max_cycles=5)), 2, base_class=base_class)
+    closing(venv)
+    venv.reset()
+    flags = venv.step(np.stack(random_actions(venv, 0)))[2:-1]
+    assert all(flag.dtype == np.bool_ for flag in flags)
+
+
+# -- base_class="stable_baselines3" ---------------------------------------------------------------
+
+
+def test_sb3_s_vec_env_steps_rows_and_trains_a_ppo(impl, closing):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecEnv
+
+    venv = impl.concat(impl.to_vec(simple_spread_v3.parallel_env(max_cycles=10)), 2, base_class="stable_baselines3")
+    closing(venv)
+    assert isinstance(venv, VecEnv) and venv.num_envs == 6
+    obs = venv.reset()
+    assert obs.shape == (6, 18) and len(venv.reset_infos) == 6
+    obs, rewards, dones, infos = venv.step(np.stack(random_actions(venv, 0)))
+    assert dones.shape == (6,) and len(infos) == 6
+    PPO("MlpPolicy", venv, n_steps=16, batch_size=48, n_epochs=1, device="cpu").learn(96)
+
+
+@supersuit_fails("SB3: seed()")
+def test_sb3_reset_takes_a_seed_and_ppo_a_seed(impl, closing):
+    from stable_baselines3 import PPO
+
+    venv = impl.concat(impl.to_vec(simple_spread_v3.parallel_env(max_cycles=10)), 2, base_class="stable_baselines3")
+    closing(venv)
+    first = venv.reset(seed=3)
+    assert_tree_equal(venv.reset(seed=3), first)
+    PPO("MlpPolicy", venv, n_steps=16, batch_size=48, n_epochs=1, seed=0, device="cpu").learn(48)
+
+
+@supersuit_fails("SB3: TimeLimit.truncated")
+def test_sb3_infos_say_whether_an_episode_was_cut_by_its_time_limit(impl, closing):
+    venv = impl.concat(impl.to_vec(simple_spread_v3.parallel_env(max_cycles=4)), 2, base_class="stable_baselines3")
+    closing(venv)
+    venv.reset()
+    for t in range(4):
+        _, _, dones, infos = venv.step(np.stack(random_actions(venv, t)))
+    assert dones.all() and all(info["TimeLimit.truncated"] is True for info in infos)
+
+
+@vecshm_differs("SB3: reset_infos")
+def test_sb3_an_ended_copy_s_step_infos_hold_its_reset_s_info(impl, closing):
+    venv = impl.concat(impl.to_vec(DictAgents()), 1, base_class="stable_baselines3")
+    closing(venv)
+    venv.reset()
+    for t in range(8):
+        _, _, dones, infos = venv.step(sb3_dict_actions(venv, t))
+        if dones.all():
+            break
+    assert [info["t"] for info in infos] == [0] * 5  # the reset's, over the step's
+
+
+def test_sb3_an_ended_copy_s_step_infos_are_the_step_s_and_its_reset_s_in_reset_infos(closing):
+    venv = vp.concat_vec_envs_v1(vp.pettingzoo_env_to_vec_env_v1(DictAgents()), 1, 1, "stable_baselines3")
+    closing(venv)
+    venv.reset()
+    for t in range(1, 9):
+        _, _, dones, infos = venv.step(sb3_dict_actions(venv, t))
+        if dones.all():
+            break
+    assert [info["t"] for info in infos] == [t] * 5 and [info["t"] for info in venv.reset_infos] == [0] * 5
+
+
+def sb3_dict_actions(venv: Any, seed: int) -> dict[str, np.ndarray]:
+    space = venv.action_space
+    return gym.vector.utils.concatenate(
+        space, random_actions(venv, seed), gym.vector.utils.create_empty_array(space, venv.num_envs)
+    )
+
+
+@supersuit_fails("SB3: calls and indices")
+def test_sb3_get_attr_and_env_method_honour_indices(impl, closing):
+    venv = impl.concat(impl.to_vec(RandomDeaths(deaths=False)), 2, base_class="stable_baselines3")
+    closing(venv)
+    venv.reset()
+    assert venv.get_attr("max_len", indices=[0, 5]) == [12, 12]
+    assert venv.env_method("agent_count", indices=[6]) == [3]
+
+
+# -- lockstep: vecshm's rows and infos are SuperSuit's -------------------------------------------
+
+LOCKSTEP = {
+    "pistonball": lambda: pistonball_v6.parallel_env(n_pistons=6, max_cycles=6),
+    "kaz_black_death": lambda: ss.black_death_v3(knights_archers_zombies_v11.parallel_env(max_cycles=8)),
+    "simple_spread": lambda: simple_spread_v3.parallel_env(max_cycles=5),
+    "simple_world_comm": lambda: ss.pad_action_space_v0(
+        ss.pad_observations_v0(simple_world_comm_v3.parallel_env(max_cycles=5))
+    ),
+    "dict_agents": DictAgents,
+    "cartpole": lambda: gym.make("CartPole-v1", max_episode_steps=9),
+}
+
+
+@pytest.mark.parametrize("name", list(LOCKSTEP))
+def test_rows_and_infos_are_supersuit_s_in_lockstep(name, closing):
+    """Observations, rewards, flags and infos (``terminal_observation``, the reset's info merged in)
+    identical to SuperSuit's in-process vec env, step by step over episodes' ends, for 3 copies on
+    2 worker processes. A Gymnasium env's reference is SuperSuit's own over it as a one-agent
+    ParallelEnv (SuperSuit fails on the env itself, see above)."""
+    env = LOCKSTEP[name]()
+    theirs = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(GymAgent(env) if name == "cartpole" else env), 3)
+    ours = vp.concat_vec_envs_v1(env if name == "cartpole" else vp.pettingzoo_env_to_vec_env_v1(env), 3, 2,
+                                 start_method="fork")  # fmt: skip
+    closing(ours)
+    closing(theirs)
+    assert (ours.num_envs, ours.observation_space, ours.action_space) == (
+        theirs.num_envs, theirs.observation_space, theirs.action_space,
+    )  # fmt: skip
+    for mine, reference in zip(ours.reset(seed=7), theirs.reset(seed=7)):
+        assert_tree_equal(mine, reference, "reset")
+    ended = 0
+    for t in range(16):
+        actions = (
+            sb3_dict_actions(ours, t) if isinstance(ours.action_space, gym.spaces.Dict) else random_actions(ours, t)
+        )
+        obs, rewards, terminations, truncations, infos = ours.step(actions)
+        r_obs, r_rewards, r_terminations, r_truncations, r_infos = theirs.step(actions)
+        where = f"{name} step {t}"
+        assert_tree_equal(obs, r_obs, where)
+        assert_tree_equal(rewards, r_rewards, where)
+        assert_tree_equal(terminations, r_terminations.astype(bool), where)  # (its in-process flags: uint8)
+        assert_tree_equal(truncations, r_truncations.astype(bool), where)
+        assert_tree_equal(infos, r_infos, where)
+        ended += sum("terminal_observation" in info for info in infos)
+    assert ended  # episodes ended, and their infos matched too
+
+
+def test_agents_that_die_are_zero_rows_with_their_last_observation_in_their_infos(closing):
+    """Where SuperSuit raises: an agent done while its copy goes on has its last observation in its
+    info's ``terminal_observation``; from the next step its row is zeros with reward 0, and
+    ``present`` False."""
+    env = RandomDeaths(join_late=False, max_len=30, info=False)
+    venv = vp.concat_vec_envs_v1(vp.pettingzoo_env_to_vec_env_v1(env), 2, 2, start_method="fork")
+    closing(venv)
+    venv.reset(seed=9)
+    died, gone = 0, np.zeros(8, bool)
+    for t in range(30):
+        obs, rewards, terminations, truncations, infos = venv.step(random_actions(venv, t))
+        done = terminations | truncations
+        copy_ended = ((done | gone).reshape(2, 4).all(axis=1) & done.reshape(2, 4).any(axis=1)).repeat(4)
+        absent = gone & ~copy_ended  # (a copy that ended is reset: its rows are all there again)
+        assert not (venv.present & absent).any() and not obs[absent].any() and not rewards[absent].any()
+        for r in np.flatnonzero(done & ~copy_ended):
+            assert_tree_equal(infos[r]["terminal_observation"], obs[r])
+            died += 1
+        gone = (gone | (done & ~copy_ended)) & ~copy_ended
+    assert died

@@ -444,11 +444,11 @@ def sb3_dict_actions(venv: Any, seed: int) -> dict[str, np.ndarray]:
 
 @supersuit_fails("SB3: calls and indices")
 def test_sb3_get_attr_and_env_method_honour_indices(impl, closing):
-    venv = impl.concat(impl.to_vec(RandomDeaths(deaths=False)), 2, base_class="stable_baselines3")
+    venv = impl.concat(impl.to_vec(RandomDeaths(join_late=False, deaths=False)), 2, base_class="stable_baselines3")
     closing(venv)
     venv.reset()
     assert venv.get_attr("max_len", indices=[0, 5]) == [12, 12]
-    assert venv.env_method("agent_count", indices=[6]) == [3]
+    assert venv.env_method("agent_count", indices=[6]) == [4]
 
 
 # -- lockstep: vecshm's rows and infos are SuperSuit's -------------------------------------------
@@ -519,3 +519,17 @@ def test_agents_that_die_are_zero_rows_with_their_last_observation_in_their_info
             died += 1
         gone = (gone | (done & ~copy_ended)) & ~copy_ended
     assert died
+
+
+def test_num_cpus_0_is_vecshm_s_default_plan(closing):
+    venv = vp.concat_vec_envs_v1(vp.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env()), 4, 0)
+    closing(venv)
+    assert len(venv.processes) == venv.plan.num_processes >= 1  # worker processes, none stepping in here
+
+
+@supersuit_fails("render_mode with processes")
+def test_render_mode_is_the_env_s_with_processes(impl, closing):
+    env = pistonball_v6.parallel_env(n_pistons=4, max_cycles=5, render_mode="rgb_array")
+    venv = impl.concat(impl.to_vec(env), 2, num_cpus=2)
+    closing(venv)
+    assert venv.render_mode == "rgb_array"

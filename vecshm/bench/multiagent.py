@@ -1,7 +1,8 @@
 """Multi-agent workloads (PettingZoo parallel envs, every agent a row) and the vectorizers compared on them.
 
 An env-step here is one agent's step (one row), as the vec envs count them; ``n`` is the number of
-copies of the env. The systems: vecshm's :class:`~vecshm.pettingzoo.AgentVecEnv`, and SuperSuit as
+copies of the env. The systems: vecshm's :class:`~vecshm.pettingzoo.AgentVecEnv`, its
+``concat_vec_envs_v1`` in SuperSuit's shape (Gymnasium's base class, infos a list), and SuperSuit as
 PettingZoo's tutorials use it (``concat_vec_envs_v1(..., base_class="stable_baselines3")``), in
 this process (``num_cpus=0``) and on one process per usable core. The ideal: one process per
 usable core (at most one per copy), each stepping its share of the copies in a plain loop.
@@ -91,6 +92,15 @@ def _agent_vec_env(**options: Any) -> Callable[[Any, int], Stepper]:
     return build
 
 
+def _supersuit_shape(workload: MultiAgentWorkload, n_copies: int) -> Stepper:
+    """vecshm's ``concat_vec_envs_v1`` with SuperSuit's default ``base_class="gymnasium"``: SuperSuit's
+    shape (infos a list of dicts) over the same rows."""
+    from vecshm.pettingzoo import concat_vec_envs_v1
+
+    venv = concat_vec_envs_v1(workload.parallel_env(), n_copies)
+    return Stepper(venv, venv.step, venv.reset, envs_per_step=venv.num_envs)
+
+
 def _supersuit(num_cpus: int | None) -> Callable[[Any, int], Stepper]:
     """SuperSuit as its tutorials build it; ``num_cpus`` None: one process per usable core."""
 
@@ -112,6 +122,7 @@ MULTIAGENT_SYSTEMS: dict[str, System] = {
     for s in [
         System("vecshm AgentVecEnv", _agent_vec_env(), ("pettingzoo",)),
         System("vecshm AgentVecEnv copy=False", _agent_vec_env(copy=False), ("pettingzoo",), default=False),
+        System("vecshm concat_vec_envs_v1 (SuperSuit's shape)", _supersuit_shape, ("pettingzoo",)),
         System("SuperSuit (num_cpus=0, in process)", _supersuit(0), ("supersuit", "stable_baselines3")),
         System(SUPERSUIT_PROCESSES, _supersuit(None), ("supersuit", "stable_baselines3")),
     ]

@@ -92,7 +92,7 @@ def _agent_vec_env(**options: Any) -> Callable[[Any, int], Stepper]:
     return build
 
 
-def _supersuit_shape(workload: MultiAgentWorkload, n_copies: int) -> Stepper:
+def _supersuit_shape(workload: Any, n_copies: int) -> Stepper:
     """vecshm's ``concat_vec_envs_v1`` with SuperSuit's default ``base_class="gymnasium"``: SuperSuit's
     shape (infos a list of dicts) over the same rows."""
     from vecshm.pettingzoo import concat_vec_envs_v1

@@ -211,3 +211,43 @@ class GymAgent(ParallelEnv):
         if terminated or truncated:
             self.agents = []
         return {"env": obs}, {"env": reward}, {"env": terminated}, {"env": truncated}, {"env": info}
+
+
+class PricedAgents(ParallelEnv):
+    """Three agents reading rows of a table of prices (rows of 4 floats), from a random row on; an
+    episode is truncated after 9 steps. For vecshm.share: the table is what each copy holds."""
+
+    metadata = {"name": "priced_agents_v0", "is_parallelizable": True, "render_modes": []}
+
+    def __init__(self, prices: np.ndarray) -> None:
+        self.prices = prices
+        self.possible_agents = ["a", "b", "c"]
+        self.agents: list[str] = []
+        self.render_mode = None
+        self._obs_space = spaces.Box(-np.inf, np.inf, (4,), np.float64)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {a: self.prices[self.t + i] for i, a in enumerate(self.agents)}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None or not hasattr(self, "rng"):
+            self.rng = np.random.default_rng(seed)
+        self.t, self.steps = int(self.rng.integers(0, len(self.prices) - 100)), 0
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self.t, self.steps = self.t + 1, self.steps + 1
+        obs = self._obs()
+        rewards = {a: float(self.prices[self.t, 0]) * (int(actions[a]) - 1) for a in self.agents}
+        done = self.steps >= 9
+        terms, truncs = {a: False for a in self.agents}, {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terms, truncs, {a: {} for a in obs}

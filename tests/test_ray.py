@@ -201,6 +201,22 @@ def test_a_factory_that_cannot_be_sent_to_the_actors_is_named():
         ray_vec_env([healthy, healthy, LockedFactory()])
 
 
+def test_shared_data_is_per_machine_and_refused_with_the_way_to_share_it_on_each_node():
+    import functools
+
+    import numpy as np
+
+    import vecshm
+
+    shared = vecshm.share(np.arange(10.0))
+    with pytest.raises(ValueError, match=r"env_fns\[2:4\] hold arrays shared with vecshm.share, which is per machine"):
+        ray_vec_env([healthy, healthy, functools.partial(healthy_holding, shared), healthy])
+
+
+def healthy_holding(data):
+    return healthy()
+
+
 def test_ctrl_c_while_the_actors_build_their_envs_ends_them_at_once(tmp_path):
     """Actors still building their envs would answer a close only once built (never, here): they
     are killed at once instead of after the 10 s given to a close. Ctrl-C comes from the envs'

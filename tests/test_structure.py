@@ -1,4 +1,4 @@
-"""vecshm's shape stays readable: no import circle between its modules, no module too long, the
+"""vecshm's shape stays readable: no import circle between its modules, no module over 500 lines, the
 facades on the run object alone, and arrows that point one way.
 
 Imports count wherever they are: inside functions (a circle hidden in a function is still a circle)
@@ -17,7 +17,7 @@ import pytest
 import vecshm
 
 ROOT = Path(vecshm.__file__).parent
-MAX_MODULE_LINES = 350
+MAX_MODULE_LINES = 500  # a hint that a module holds two ideas, not a target to cram code under
 MAX_ENGINE_LINES = 250
 MAX_ENGINE_METHODS = 12
 # what the facades once drove themselves: the run object (parent/core/run.py) owns them now
@@ -97,7 +97,7 @@ def test_no_import_circle_between_vecshm_modules():
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda path: str(path.relative_to(ROOT)))
-def test_no_module_is_over_350_lines(path):
+def test_no_module_is_over_500_lines(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
 

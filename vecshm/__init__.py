@@ -17,6 +17,7 @@ from vecshm.shared.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from vecshm.shared.sharing import SharedArray, SharedDataError, share
 from vecshm.vec_env import (
     CloudpickleWrapper,
     DummyVecEnv,
@@ -53,6 +54,8 @@ __all__ = [
     "NoAsyncCallError",
     "ShmVecEnv",
     "ShmVectorEnv",
+    "SharedArray",
+    "SharedDataError",
     "SpaceMismatchError",
     "StepTimeoutError",
     "Topology",
@@ -64,6 +67,7 @@ __all__ = [
     "Monitor",
     "make_vec",
     "make_vec_env",
+    "share",
     "topology",
     "RunningMeanStd",
     "StackedObservations",

@@ -24,6 +24,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
+from vecshm.shared import sharing
 from vecshm.shared.errors import NotAParallelEnvError, SpaceMismatchError
 from vecshm.shared.layout import RowItems
 
@@ -68,10 +69,16 @@ class EnvCopy:
     copies the env the same way, with cloudpickle."""
 
     def __init__(self, env: Any) -> None:
-        self.blob = cloudpickle.dumps(env)
+        with sharing.collecting() as shares:
+            self.blob = cloudpickle.dumps(env)
+        self.shares = tuple(shares)  # the vecshm.share segments its arrays name, for the workers
 
     def __call__(self) -> Any:
         return cloudpickle.loads(self.blob)
+
+    def __getstate__(self) -> dict[str, Any]:
+        sharing.note(self.shares)  # (pickled again, for a worker: its segments go with it)
+        return self.__dict__
 
 
 class CopyOf(EnvCopy):

@@ -18,6 +18,7 @@ import numpy as np
 import ray
 
 from vecshm.ray.failures import Failure, capture
+from vecshm.shared import sharing
 from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.shared.protocol import CallOp
 from vecshm.shared.registry import adopt_registry
@@ -142,7 +143,15 @@ def launch_host(
     """Start actor ``k`` (with Ray's ``actor_options``), hosting the envs ``fns[start:stop]`` (``share``)
     in a ``ShmVecEnv`` with ``shm_options``; each factory travels by value, loaded only on its node."""
     start, stop = share
-    factories = [
-        PickledFactory(factories_by_value(fns, i, i + 1, f"Ray actor {k}", can_fork=False)) for i in range(start, stop)
-    ]
+    with sharing.collecting() as shared:
+        factories = [
+            PickledFactory(factories_by_value(fns, i, i + 1, f"Ray actor {k}", can_fork=False))
+            for i in range(start, stop)
+        ]
+    if shared:
+        raise ValueError(
+            f"env_fns[{start}:{stop}] hold arrays shared with vecshm.share, which is per machine: a Ray actor, on this "
+            "node or another, cannot map this process's segment. Load or share the data inside the env factory "
+            "instead (each actor's ShmVecEnv then shares it among its own workers); docs/scaling.md"
+        )
     return _EnvHostActor.options(**actor_options).remote(factories, start, k, shm_options, registry)

@@ -33,6 +33,7 @@ from vecshm.shared.memory import NamedSegment, Segment
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import AutoReset, Command, Message, Phase
 from vecshm.shared.registry import adopt_registry
+from vecshm.shared.sharing import ShareGrant, enter_worker
 from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner, fence
 from vecshm.shared.units import UnitPipe
 from vecshm.worker.guard import alive, start_guard, worker_mark
@@ -66,6 +67,7 @@ class ProcessSpec:
     claims: UnitPipe | None = None  # free units of the async ring (see vecshm.parent.handback.ring)
     owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
     pool_mark: str | None = None  # marks what the envs start (vecshm.worker.guard.worker_mark)
+    shares: list[ShareGrant] = field(default_factory=list)  # the vecshm.share segments it may map
     # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
     # (one, all its envs, unless each env takes its own commands; see vecshm.parent.core.engine)
     lanes: list[tuple[int, int, int]] = field(default_factory=list)
@@ -97,6 +99,7 @@ def _run(spec: ProcessSpec) -> bool:
     exit_with_parent(spec.parent_pid)
     conn = spec.conn
     apply_worker_settings(spec.settings)
+    enter_worker(spec.shares)  # before the factories, whose shared arrays map these
     envs = _build_envs(spec)
     if envs is None:
         return False

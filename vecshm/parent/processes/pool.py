@@ -32,6 +32,7 @@ from vecshm.parent.processes.lifetime import (
     spawned_by_envs,
     start_up_hint,
 )
+from vecshm.shared import sharing
 from vecshm.shared.buffers import Buffers, BufferSpec
 from vecshm.shared.errors import StepTimeoutError, WorkerDiedError, remote_error
 from vecshm.shared.memory import NamedSegment, Segment
@@ -75,7 +76,14 @@ class ProcessPool:
         method = context.get_start_method()
         forks = method == "fork"
         where = f"a {method} worker process"
-        payloads = [env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in plan.process_slices]
+        # vecshm.share: the segments the factories' arrays name go to every process (and stay, for a
+        # restarted one's), noted while the factories are pickled, or named by those that pickled them
+        with sharing.collecting() as shared:
+            payloads = [
+                env_fns[a:b] if forks else factories_by_value(env_fns, a, b, where) for a, b in plan.process_slices
+            ]
+        shared.update(token for fn in env_fns for token in getattr(fn, "shares", ()))
+        self.shares = sharing.hold(shared)
         tempdir = own_temp_dir() if method == "forkserver" else None
         self.mark = secrets.token_hex(8)  # what the envs start carries it (vecshm.worker.guard.worker_mark)
         self.specs = [
@@ -95,6 +103,7 @@ class ProcessPool:
                 registry=registry,
                 owner_tempdir=tempdir,
                 pool_mark=self.mark,
+                shares=self.shares,
                 lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
             )
             for p, (start, _) in enumerate(plan.process_slices)
@@ -327,6 +336,8 @@ class ProcessPool:
             self.buffers.release()
         if self.segment is not None:
             self.segment.close()
+        sharing.release(self.shares)
+        self.shares = []
 
     def _ask_to_close(self) -> None:
         if self.buffers is None:  # still in the start-up handshake

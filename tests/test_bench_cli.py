@@ -224,3 +224,16 @@ def test_the_bench_waits_for_a_system_s_spinners_before_measuring_the_next():
     finally:
         spinner.kill()
         spinner.join()
+
+
+@pytest.mark.timeout(280)
+def test_shared_data_reports_memory_and_start_up_for_every_system(tmp_path, capsys):
+    from vecshm.bench import shared_data
+    from vecshm.bench.cli import main
+
+    assert shared_data.main(["--table-mib", "4", "-r", "1", "-n", "2", "-o", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert all(f"| {name} |" in text for name in shared_data.SYSTEMS)
+    assert (tmp_path / "shared-data.md").exists() and (tmp_path / "shared-data.json").exists()
+    assert main(["-w", "shared-data", "-r", "1", "-n", "2", "-s", "1 MiB", "-o", str(tmp_path)]) == 0  # the bench's -w
+    assert "| vecshm ShmVecEnv + vecshm.share, 1 MiB table |" in capsys.readouterr().out

@@ -35,7 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and EnvPool, in interleaved rounds on the same workload.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("-w", "--workload", nargs="+", default=["frames", "pong"], choices=list(ALL_WORKLOADS))
+    parser.add_argument(
+        "-w",
+        "--workload",
+        nargs="+",
+        default=["frames", "pong"],
+        choices=[*ALL_WORKLOADS, "shared-data"],
+        help="shared-data: memory and start-up of envs holding one large table (vecshm.bench.shared_data)",
+    )
     parser.add_argument(
         "-n",
         "--n-envs",
@@ -107,6 +114,14 @@ def systems_for(workload: Any, single_agent: list[System], names: list[str] | No
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if "shared-data" in args.workload:  # memory and start-up, not steps per second: a bench of its own
+        from vecshm.bench import shared_data
+
+        passed = ["-r", str(args.rounds), "-o", args.output, *(["-n", str(args.n_envs[0])] if args.n_envs else [])]
+        shared_data.main(passed + (["-s", *args.systems] if args.systems else []))
+        args.workload = [name for name in args.workload if name != "shared-data"]
+        if not args.workload:
+            return 0
     if args.device is not None:
         reason = cuda_unavailable(args.device)
         if reason:

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.inspection import RunProperties, hands_back
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -90,6 +90,7 @@ class AgentVecEnv(RunProperties, VecEnv):
         self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
         self.waiting = True
 
+    @hands_back
     def step_wait(self) -> VecEnvStepReturn:
         self._run.check_usable()
         if not self.waiting:
@@ -144,6 +145,7 @@ class AgentVecEnv(RunProperties, VecEnv):
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
         self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
 
+    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
         copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
@@ -155,6 +157,7 @@ class AgentVecEnv(RunProperties, VecEnv):
         infos = self._infos(rows)
         return rows.obs, rows.rewards, rows.terminated, rows.truncated, infos, np.asarray(batch.env_ids)
 
+    @hands_back
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> VecEnvObs:
         """SB3's ``reset()``; a ``seed`` or ``options`` given here are as ``seed()`` and ``set_options()``
         before it (SuperSuit's wrapper takes them, and fails on the seed)."""

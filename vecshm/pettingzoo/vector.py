@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.inspection import RunProperties, hands_back
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -83,6 +83,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     # -- stepping ---------------------------------------------------------------------------------
 
+    @hands_back
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, Any]:
@@ -105,6 +106,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
         self._pending = "step"
 
+    @hands_back
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         self._run.check_usable()
         if self._pending != "step":
@@ -140,6 +142,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
         self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
 
+    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any, np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminations, truncations,
         infos, copy_ids)``, the rows of those copies in ``copy_ids`` order."""

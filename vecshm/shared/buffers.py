@@ -16,6 +16,7 @@ from gymnasium import spaces
 from vecshm.shared.layout import Leaf, leaves
 from vecshm.shared.memory import Field, NamedSegment, Segment, SegmentPlan, mapping_array
 from vecshm.shared.protocol import Arena
+from vecshm.shared.step_times import COLUMNS as STEP_TIME_COLUMNS
 
 __all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_codes"]
 
@@ -121,6 +122,7 @@ class BufferSpec:
             ("obs_slot", (w,), np.dtype(np.int64)),
             ("prev_slot", (w,), np.dtype(np.int64)),  # the slot of the command before (a restart reads it)
             ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
+            ("done_at", (w,), np.dtype(np.float64)),  # when each worker finished its last command (perf_counter)
             # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
             # average), which the workers' spin follows (vecshm.worker.main)
             ("turnaround", (1,), np.dtype(np.float64)),
@@ -142,6 +144,7 @@ class BufferSpec:
             ("obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
             ("final_obs_blob_arena", (n, self.info_bytes), np.dtype(np.uint8)),  # whole final obs, pickled
             ("act_dtype", (n, max(1, len(self.action_fixed))), np.dtype(np.int64)),
+            ("env_stats", (n, STEP_TIME_COLUMNS), np.dtype(np.float64)),  # step times (vecshm.shared.step_times)
         ]
         arrays += [
             (f"act:{i}", (n, _action_row_bytes(leaf)), np.dtype(np.uint8)) for i, leaf in enumerate(self.action_fixed)
@@ -187,6 +190,8 @@ class Buffers:
         self.obs_slot = views["obs_slot"]
         self.prev_slot = views["prev_slot"]
         self.busy = views["busy"]
+        self.done_at = views["done_at"]
+        self.env_stats = views["env_stats"]
         self.turnaround = views["turnaround"]
         self.asleep = views["asleep"]
         self.parent_asleep = views["parent_asleep"]

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.inspection import RunProperties, hands_back
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
@@ -133,6 +133,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._run.start_step(actions, self.copy)
         self.waiting = True
 
+    @hands_back
     def step_wait(self) -> VecEnvStepReturn:
         self._run.check_usable()
         if not self.waiting:
@@ -200,6 +201,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._run.check_usable()
         self._run.send(actions, env_ids)
 
+    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.
 
@@ -211,6 +213,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         obs, rewards, _, terminated, truncated, infos = self._results(batch, device=True)
         return obs, rewards, terminated, truncated, infos, batch.env_ids
 
+    @hands_back
     def reset(self) -> VecEnvObs:
         self._run.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 
-from vecshm.parent.core.inspection import RunProperties
+from vecshm.parent.core.inspection import RunProperties, hands_back
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import (
@@ -161,6 +161,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     # -- reset ------------------------------------------------------------------------------------
 
+    @hands_back
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
@@ -211,6 +212,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_step(actions, self.copy or self._run.outputs.lends)
         self._state = CallState.WAITING_STEP
 
+    @hands_back
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         return self._results(self._wait_pending(CallState.WAITING_STEP, "step_wait", "step_async", timeout))
 
@@ -249,6 +251,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             expect_idle(self._state, "send", self._run.in_flight)
         self._run.send(actions, env_ids)
 
+    @hands_back
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
 

@@ -34,6 +34,7 @@ from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import AutoReset, Command, Message, Phase
 from vecshm.shared.registry import adopt_registry
 from vecshm.shared.sharing import ShareGrant, enter_worker
+from vecshm.shared.step_times import PUBLISH_SECONDS
 from vecshm.shared.sync import Doorbell, SocketDoorbell, Spinner, fence
 from vecshm.shared.units import UnitPipe
 from vecshm.worker.guard import alive, start_guard, worker_mark
@@ -245,11 +246,20 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
     mine = buffers.cmd_seq[spec.hosted]
     new_commands = _command_watch(mine, seen)
     busy_since = None
+    publish_at = 0.0  # when the envs' step times are next copied into the segment
+
+    def publish() -> None:
+        for runner in runners:
+            runner.publish_step_times()
+
     while True:
         idle_since = time.perf_counter()
         if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.core.balance)
             busy[first] += idle_since - busy_since
-        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers)
+        if idle_since >= publish_at:  # (vecshm.shared.step_times: a copy every PUBLISH_SECONDS)
+            publish()
+            publish_at = idle_since + PUBLISH_SECONDS
+        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers, publish)
         if pending is None:
             return False
         busy_since = time.perf_counter()
@@ -292,7 +302,12 @@ def _command_watch(mine: np.ndarray, seen: list[int]) -> Callable[[], list[int]]
 
 
 def _wait_for_commands(
-    spec: ProcessSpec, spinner: Spinner, new_commands: Callable[[], list[int]], parent: int, buffers: Buffers
+    spec: ProcessSpec,
+    spinner: Spinner,
+    new_commands: Callable[[], list[int]],
+    parent: int,
+    buffers: Buffers,
+    before_sleep: Callable[[], None],
 ) -> list[int] | None:
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
     once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget
@@ -300,7 +315,7 @@ def _wait_for_commands(
     other workers' steps and the parent's own work), and at least the loose one then, so that the
     parent's occasional slow turn costs no wake-up; up to the loose one when the caller works in
     between (a learner keeps its cores). Before it sleeps it raises its asleep words, so that the
-    parent rings (vecshm.shared.sync)."""
+    parent rings (vecshm.shared.sync), having called ``before_sleep``."""
     pending = new_commands()
     if pending:
         return pending
@@ -316,6 +331,7 @@ def _wait_for_commands(
         spinner.spin(found, loose, polite=polite)
     if pending:
         return pending
+    before_sleep()  # (the envs' step times, fresh for a snapshot taken while the caller works)
     asleep = buffers.asleep[spec.hosted]
     asleep[...] = 1
     fence()  # the asleep words written before the commands are read again

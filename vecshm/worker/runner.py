@@ -9,6 +9,7 @@ Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +22,7 @@ from vecshm.shared.info_columns import ColumnWriter
 from vecshm.shared.layout import flatten, one_array, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
+from vecshm.shared.step_times import StepTimes
 from vecshm.shared.sync import ring_sleepers
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
@@ -80,6 +82,7 @@ class EnvRunner:
         self.info_columns = ColumnWriter()
         self.reward_codes = spec.reward_codes
         self.reward_types: list[type] | None = None  # the types of the rewards whose codes were written last
+        self.step_times = StepTimes(len(envs))  # (vecshm.shared.step_times)
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -109,6 +112,7 @@ class EnvRunner:
         if unit is not None:
             self.buffers.unit_worker[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
+        self.buffers.done_at[me] = perf_counter()  # (for the barrier's cost in vecshm.stats)
         self.buffers.done_seq[me] = seq
         ring_sleepers(ONLY_OWNER, *self.parent_bell)
         # Anything large goes after the bell, so the parent is already reading when we send.
@@ -133,6 +137,9 @@ class EnvRunner:
         final_info_lengths.fill(INFO_EMPTY)
         # (looked up once; the loop is written out: a call per env costs more than a cheap env's step)
         progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
+        # one command in four is timed, env by env (vecshm.shared.step_times): a clock read per env
+        clock = perf_counter if self.step_times.timed_command() else None
+        last = clock() if clock is not None else 0.0
         for offset, env in enumerate(self.envs):
             index = start + offset
             progress[me] = index
@@ -155,6 +162,10 @@ class EnvRunner:
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)
+            if clock is not None:
+                now = clock()
+                self.step_times.add(offset, now - last)
+                last = now
         try:
             rewards_row[...] = rewards
             terminated_row[...] = terminated
@@ -168,6 +179,10 @@ class EnvRunner:
             if types != self.reward_types:  # an env keeps its reward type: most steps write no codes
                 self._write_reward_codes(rewards, types)
         return observations
+
+    def publish_step_times(self) -> None:
+        """Copy the envs' step-time histograms into their rows of the segment (for vecshm.stats)."""
+        self.step_times.publish(self.buffers.env_stats[self.start : self.start + len(self.envs)])
 
     def _write_reward_codes(self, rewards: Sequence[Any], types: list[type]) -> None:
         """The dtype of each reward (see ``REWARD_DTYPES``), written when the rewards' types change."""

@@ -4,17 +4,36 @@ served by the facade's :class:`~vecshm.parent.core.run.VecRun`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vecshm.parent.core.run import Runtime, VecRun
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.shared.buffers import Buffers
+from vecshm.stats import VecStats
 
 if TYPE_CHECKING:
     from vecshm.parent.core.balance import CoreBalance
     from vecshm.parent.core.waiting import WaitObserver
 
-__all__ = ["RunProperties"]
+__all__ = ["RunProperties", "hands_back"]
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def hands_back(method: Method) -> Method:
+    """A facade's method that returns results to its caller (``step_wait``, ``reset``, ``recv``):
+    when it returns, the caller's time starts (:mod:`vecshm.stats`: the vec env's own work ends
+    once the results are shaped, not when the workers' results were collected)."""
+
+    @functools.wraps(method)
+    def returning(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self._run.handed_back()
+        return result
+
+    return returning  # type: ignore[return-value]
 
 
 class RunProperties:
@@ -26,6 +45,16 @@ class RunProperties:
     def run(self) -> VecRun:
         """The vec env's run: the workers, and the commands, batches and calls sent to them."""
         return self._run
+
+    @property
+    def stats(self) -> VecStats:
+        """Where the time went, since the vec env started or :meth:`reset_stats`: a frozen
+        :class:`~vecshm.stats.VecStats` (``print`` it; ``.as_dict()`` for a logger; ``.plot()``)."""
+        return self._run.stats()
+
+    def reset_stats(self) -> None:
+        """Count :attr:`stats` from now."""
+        self._run.reset_stats()
 
     @property
     def pin_memory(self) -> bool:

@@ -1,0 +1,65 @@
+"""An SB3 callback that writes a vecshm vec env's figures (:mod:`vecshm.stats`) to SB3's logger.
+
+::
+
+    from vecshm.callbacks import StatsCallback
+
+    model.learn(1_000_000, callback=StatsCallback())
+
+At the end of each rollout, every figure of ``venv.stats.as_dict()`` goes to ``model.logger``
+under ``vecshm/...``: SB3's progress table, TensorBoard, CSV, whatever the logger writes. The vec env
+is found by walking ``model.get_env()`` down its wrappers (``VecNormalize``, ``VecMonitor``, ...).
+Needs Stable-Baselines3 (imported here, not by ``import vecshm``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+__all__ = ["StatsCallback", "find_stats"]
+
+
+def find_stats(venv: Any) -> Any:
+    """The vecshm vec env under ``venv``'s wrappers (the first that has ``stats``), or None."""
+    seen = 0
+    while venv is not None and seen < 100:
+        if isinstance(getattr(type(venv), "stats", None), property):
+            return venv
+        venv, seen = getattr(venv, "venv", None), seen + 1
+    return None
+
+
+class StatsCallback(BaseCallback):
+    """Writes ``venv.stats.as_dict(per_env)`` to SB3's logger at the end of every ``every``-th
+    rollout; ``reset``: count each logged period afresh (``venv.reset_stats()``), else since the start."""
+
+    def __init__(self, every: int = 1, per_env: bool = False, reset: bool = True, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self.every, self.per_env, self.reset = every, per_env, reset
+        self.rollouts = 0
+        self.source: Any = None
+
+    def _on_training_start(self) -> None:
+        self.source = find_stats(self.model.get_env())
+        if self.source is None:
+            raise TypeError(
+                f"StatsCallback found no vecshm vec env under {type(self.model.get_env()).__name__} "
+                "(ShmVecEnv, ShmVectorEnv and the multi-agent classes have stats)"
+            )
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.rollouts += 1
+        if self.rollouts % self.every:
+            return
+        stats = self.source.stats
+        for key, value in stats.as_dict(self.per_env).items():
+            self.logger.record(key, value)
+        if self.verbose:
+            print(stats.verdict)
+        if self.reset:
+            self.source.reset_stats()

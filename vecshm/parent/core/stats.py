@@ -1,0 +1,148 @@
+"""What a run counts for ``venv.stats`` (:mod:`vecshm.stats`), at a cost kept off the step path.
+
+- **Time.** The run marks when a call into the vec env begins (:meth:`RunStats.entered`, at each
+  command it starts) and when a facade hands the results back (:meth:`RunStats.handed_back`): the
+  time between is inside the vec env, the rest is the caller's. Of the inside, the waits for
+  workers are the waiter's own count (``Waiter.waited_seconds``), with the core handed to a worker
+  after a whole batch's bells; the rest is the parent's own work.
+- **Counts.** Each batch collected is noted as it is (a tuple appended: its envs and flags), and
+  the notes are added up every :data:`NOTES_PER_SUM` batches, or when a snapshot is taken: a step
+  pays for a list append, not for NumPy's per-call overhead. Steps count results of step commands
+  that reached the caller; episodes, those that ended one (or that a restart truncated).
+- **The barrier.** One whole-batch step in :data:`BARRIER_SAMPLE_EVERY` reads when each worker
+  finished (``done_at``, which each writes with its result): the last one's lead over the median
+  worker is what the step waited for its slowest.
+- **The workers' side** (each env's step times, each process's busy seconds) is in the segment:
+  read at a snapshot, never on the step path (:mod:`vecshm.shared.step_times`).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vecshm.parent.handback.results import Batch
+from vecshm.stats import VecStats
+
+if TYPE_CHECKING:
+    from vecshm.parent.core.engine import Engine
+
+__all__ = ["RunStats", "BARRIER_SAMPLE_EVERY", "NOTES_PER_SUM"]
+
+NOTES_PER_SUM = 512
+BARRIER_SAMPLE_EVERY = 16
+
+
+class RunStats:
+    """The counters behind one run's ``stats`` (see the module)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.reset()
+
+    def reset(self) -> None:
+        """Count from now (``venv.reset_stats()``)."""
+        engine, n = self.engine, self.engine.num_envs
+        self.since = perf_counter()
+        self.outside = 0.0
+        self.outside_since: float | None = self.since  # (until the first call: the caller's time)
+        self.waited_before = engine.waiter.waited_seconds
+        self.handed_over = 0.0  # seconds the parent gave its core to a worker after a whole batch's bells
+        self.steps = np.zeros(n, np.int64)
+        self.episodes = np.zeros(n, np.int64)
+        self.restarts = np.zeros(n, np.int64)
+        self.notes: list[tuple[Any, ...]] = []
+        self.awaiting_reset: set[int] = set()  # envs whose async reset's result has not come back yet
+        self.whole_steps = 0
+        self.barrier_seconds = 0.0
+        self.barrier_samples = 0
+        self.last_to_finish = np.zeros(len(engine.buffers.done_at), np.int64)
+        self.busy_before = engine.buffers.busy.copy()
+        self.times_before = engine.buffers.env_stats.copy()
+
+    # -- on the call path ---------------------------------------------------------------------------
+
+    def entered(self) -> None:
+        if self.outside_since is not None:
+            self.outside += perf_counter() - self.outside_since
+            self.outside_since = None
+
+    def handed_back(self) -> None:
+        self.outside_since = perf_counter()
+
+    def whole_batch(self, batch: Batch, stepped: bool) -> None:
+        """A whole batch collected (``stepped``: of a step command; else a reset's)."""
+        if not stepped:
+            if batch.restarted:
+                self.notes.append((list(batch.restarted), None, None, False))
+            return
+        self.whole_steps += 1
+        self.notes.append((None, batch.terminated, batch.truncated, batch.restarted and list(batch.restarted)))
+        if self.whole_steps % BARRIER_SAMPLE_EVERY == 0:
+            done = self.engine.buffers.done_at
+            self.barrier_seconds += float(done.max() - np.median(done))
+            self.barrier_samples += 1
+            self.last_to_finish[int(done.argmax())] += 1
+        if len(self.notes) >= NOTES_PER_SUM:
+            self.sum_notes()
+
+    def async_batch(self, batch: Batch) -> None:
+        """An async batch received: its envs' results (their resets', after an async reset)."""
+        ids: Any = batch.env_ids
+        if self.awaiting_reset:
+            resets = self.awaiting_reset.intersection(batch.ids)
+            self.awaiting_reset -= resets
+            stepped = np.array([i not in resets for i in batch.ids], dtype=bool)
+            ids, terminated, truncated = ids[stepped], batch.terminated[stepped], batch.truncated[stepped]
+        else:
+            terminated, truncated = batch.terminated, batch.truncated
+        self.notes.append((ids, terminated, truncated, batch.restarted and list(batch.restarted)))
+        if len(self.notes) >= NOTES_PER_SUM:
+            self.sum_notes()
+
+    def async_reset(self) -> None:
+        self.awaiting_reset = set(range(self.engine.num_envs))
+
+    # -- at a snapshot ------------------------------------------------------------------------------
+
+    def sum_notes(self) -> None:
+        notes, self.notes = self.notes, []
+        for ids, terminated, truncated, restarted in notes:
+            if terminated is not None:
+                if ids is None:  # a whole batch: every env
+                    self.steps += 1
+                    self.episodes += terminated | truncated
+                else:
+                    np.add.at(self.steps, ids, 1)
+                    np.add.at(self.episodes, ids, terminated | truncated)
+            if restarted:  # (a step's batch flags their episodes truncated by the restart already)
+                np.add.at(self.restarts, restarted, 1)
+
+    def snapshot(self) -> VecStats:
+        """The figures since the start (or :meth:`reset`), as a value."""
+        self.sum_notes()
+        engine, now = self.engine, perf_counter()
+        outside = self.outside + (now - self.outside_since if self.outside_since is not None else 0.0)
+        buffers, plan = engine.buffers, engine.plan
+        firsts = [first for first, _ in plan.lanes]
+        busy = (buffers.busy - self.busy_before)[firsts]
+        return VecStats.build(
+            wall=now - self.since,
+            outside=outside,
+            waiting=engine.waiter.waited_seconds - self.waited_before + self.handed_over,
+            steps=self.steps.copy(),
+            episodes=self.episodes.copy(),
+            restarts=self.restarts.copy(),
+            step_times=np.maximum(buffers.env_stats - self.times_before, 0.0),
+            process_envs=list(plan.process_slices),
+            process_busy=busy,
+            whole_steps=self.whole_steps,
+            barrier_mean=self.barrier_seconds / self.barrier_samples if self.barrier_samples else 0.0,
+            last_to_finish=[
+                ((plan.worker_slices[w][0], plan.worker_slices[w][1]), int(count))
+                for w, count in enumerate(self.last_to_finish)
+                if count
+            ],
+        )

@@ -1,12 +1,13 @@
 """Each env's step time as its worker measures it, kept as a histogram both sides read alike.
 
-A worker times its envs' steps on one command in :data:`TIMED_EVERY` (one clock read per env, no
-system call: ``perf_counter`` reads the vDSO clock), adds each time to its env's histogram in plain
-Python lists (:class:`StepTimes`), and copies the lists into its envs' rows of the segment's
-``env_stats`` array about every :data:`PUBLISH_SECONDS` (no lock: each row has one writer, and a
-reader that catches a row mid-copy sees a count one step off). The parent reads the rows when asked
-for a snapshot (:mod:`vecshm.stats`). Timing one command in four keeps the cost out of the step
-rates (benchmarks/ab_step_rate.py) and still gives each env hundreds of samples a second.
+A worker times its envs' steps on one command in :data:`TIMED_EVERY`: it reads the clock before the
+first env and after each one (``perf_counter``, the vDSO clock: no system call) and appends the
+readings to a list, nothing more, so the step path pays one clock read and one append per env.
+About every :data:`PUBLISH_SECONDS`, and before it sleeps, the worker turns the readings into
+step times and bins them with NumPy in one go (:meth:`StepTimes.publish`), and copies each env's
+histogram into its row of the segment's ``env_stats`` array: no lock, as each row has one writer,
+and a reader that catches a row mid-copy sees a count a few steps off. The parent reads the rows
+when asked for a snapshot (:mod:`vecshm.stats`), never on the step path.
 
 A row is ``[steps timed, seconds in all, bin 0, bin 1, ...]``; bin ``b`` counts steps that took
 ``2 ** (b / BINS_PER_OCTAVE)`` to ``2 ** ((b + 1) / BINS_PER_OCTAVE)`` microseconds (bin 0 from 0).
@@ -32,26 +33,35 @@ class StepTimes:
     """The step times of one worker's ``n`` envs (see the module)."""
 
     def __init__(self, n: int) -> None:
-        self.rows: list[list[float]] = [[0.0] * COLUMNS for _ in range(n)]
+        self.n = n
+        self.rows = np.zeros((n, COLUMNS), np.float64)  # what was published so far
+        self.readings: list[list[float]] = []  # each timed command's clock readings, not yet binned
         self.countdown = TIMED_EVERY  # commands until the next timed one
 
-    def timed_command(self) -> bool:
-        """Whether this command's steps are to be timed (one in :data:`TIMED_EVERY`)."""
+    def readings_for_command(self) -> list[float] | None:
+        """A list for this command's clock readings (the first made now), or None where this
+        command is not timed (:data:`TIMED_EVERY`)."""
         self.countdown -= 1
         if self.countdown:
-            return False
+            return None
         self.countdown = TIMED_EVERY
-        return True
-
-    def add(self, offset: int, seconds: float) -> None:
-        row = self.rows[offset]
-        row[0] += 1
-        row[1] += seconds
-        micros = seconds * 1e6
-        row[2 + (min(BINS - 1, int(BINS_PER_OCTAVE * math.log2(micros))) if micros > 1.0 else 0)] += 1
+        readings: list[float] = []
+        self.readings.append(readings)
+        return readings
 
     def publish(self, rows: np.ndarray) -> None:
-        """Copy the histograms into the segment's rows of these envs."""
+        """Bin the readings taken since the last call, and copy the histograms into ``rows`` (the
+        segment's rows of these envs). A command an env's exception cut short is left out."""
+        complete = [readings for readings in self.readings if len(readings) == self.n + 1]
+        self.readings = []
+        if complete:
+            seconds = np.diff(np.array(complete), axis=1)  # (commands, envs)
+            micros = np.maximum(seconds * 1e6, 1.0)  # (bin 0 holds everything up to its upper edge)
+            bins = np.minimum((BINS_PER_OCTAVE * np.log2(micros)).astype(np.int64), BINS - 1)
+            flat = (np.arange(self.n) * BINS + bins).ravel()
+            self.rows[:, 0] += len(complete)
+            self.rows[:, 1] += seconds.sum(axis=0)
+            self.rows[:, 2:] += np.bincount(flat, minlength=self.n * BINS).reshape(self.n, BINS)
         rows[...] = self.rows
 
 

@@ -130,16 +130,19 @@ class EnvRunner:
         reported, in env order."""
         start = self.start
         rewards_row, terminated_row, truncated_row, info_lengths, final_info_lengths = self.step_rows
-        results: list[list[Any]] = [[], [], [], []]  # each env's observation, reward and flags
-        observations, rewards, terminated, truncated = results
+        observations: list[Any] = []  # each env's, in env order
+        rewards: list[Any] = []
+        terminated: list[Any] = []
+        truncated: list[Any] = []
         failures: list[RemoteError] = []
         info_lengths.fill(INFO_EMPTY)  # (an env that returns an info writes its own)
         final_info_lengths.fill(INFO_EMPTY)
         # (looked up once; the loop is written out: a call per env costs more than a cheap env's step)
         progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
         # one command in four is timed, env by env (vecshm.shared.step_times): a clock read per env
-        clock = perf_counter if self.step_times.timed_command() else None
-        last = clock() if clock is not None else 0.0
+        clock_readings = self.step_times.readings_for_command()
+        if clock_readings is not None:
+            clock_readings.append(perf_counter())
         for offset, env in enumerate(self.envs):
             index = start + offset
             progress[me] = index
@@ -162,10 +165,8 @@ class EnvRunner:
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)
-            if clock is not None:
-                now = clock()
-                self.step_times.add(offset, now - last)
-                last = now
+            if clock_readings is not None:
+                clock_readings.append(perf_counter())
         try:
             rewards_row[...] = rewards
             terminated_row[...] = terminated

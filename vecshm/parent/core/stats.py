@@ -5,13 +5,14 @@
   time between is inside the vec env, the rest is the caller's. Of the inside, the waits for
   workers are the waiter's own count (``Waiter.waited_seconds``), with the core handed to a worker
   after a whole batch's bells; the rest is the parent's own work.
-- **Counts.** Each batch collected is noted as it is (a tuple appended: its envs and flags), and
-  the notes are added up every :data:`NOTES_PER_SUM` batches, or when a snapshot is taken: a step
-  pays for a list append, not for NumPy's per-call overhead. Steps count results of step commands
-  that reached the caller; episodes, those that ended one (or that a restart truncated).
-- **The barrier.** One whole-batch step in :data:`BARRIER_SAMPLE_EVERY` reads when each worker
-  finished (``done_at``, which each writes with its result): the last one's lead over the median
-  worker is what the step waited for its slowest.
+- **Counts.** A whole batch's flags (copies already, the batch's own) are appended to a list as
+  they are, and an async batch's with its env ids; the lists are added up with NumPy every
+  :data:`NOTES_PER_SUM` batches, or when a snapshot is taken: a step pays for a list append, not
+  for NumPy's microsecond per call. Steps count results of step commands that reached the caller;
+  episodes, those that ended one (or that a restart truncated).
+- **The barrier.** One whole-batch step in :data:`BARRIER_SAMPLE_EVERY` keeps a copy of when each
+  worker finished (``done_at``, which each writes with its result); at a snapshot, the last one's
+  lead over the median worker is what the step waited for its slowest.
 - **The workers' side** (each env's step times, each process's busy seconds) is in the segment:
   read at a snapshot, never on the step path (:mod:`vecshm.shared.step_times`).
 """
@@ -53,12 +54,13 @@ class RunStats:
         self.steps = np.zeros(n, np.int64)
         self.episodes = np.zeros(n, np.int64)
         self.restarts = np.zeros(n, np.int64)
-        self.notes: list[tuple[Any, ...]] = []
+        self.whole_flags: list[tuple[np.ndarray, np.ndarray]] = []  # each whole step's (terminated, truncated)
+        # each async batch's (ids, terminated, truncated)
+        self.async_flags: list[tuple[Any, np.ndarray, np.ndarray]] = []
+        self.restarted: list[int] = []  # an env for each restart of its worker
         self.awaiting_reset: set[int] = set()  # envs whose async reset's result has not come back yet
         self.whole_steps = 0
-        self.barrier_seconds = 0.0
-        self.barrier_samples = 0
-        self.last_to_finish = np.zeros(len(engine.buffers.done_at), np.int64)
+        self.finish_times: list[np.ndarray] = []  # sampled whole steps' done_at
         self.busy_before = engine.buffers.busy.copy()
         self.times_before = engine.buffers.env_stats.copy()
 
@@ -74,32 +76,30 @@ class RunStats:
 
     def whole_batch(self, batch: Batch, stepped: bool) -> None:
         """A whole batch collected (``stepped``: of a step command; else a reset's)."""
+        if batch.restarted:  # (a step's batch flags their episodes truncated by the restart already)
+            self.restarted += batch.restarted
         if not stepped:
-            if batch.restarted:
-                self.notes.append((list(batch.restarted), None, None, False))
             return
         self.whole_steps += 1
-        self.notes.append((None, batch.terminated, batch.truncated, batch.restarted and list(batch.restarted)))
-        if self.whole_steps % BARRIER_SAMPLE_EVERY == 0:
-            done = self.engine.buffers.done_at
-            self.barrier_seconds += float(done.max() - np.median(done))
-            self.barrier_samples += 1
-            self.last_to_finish[int(done.argmax())] += 1
-        if len(self.notes) >= NOTES_PER_SUM:
+        self.whole_flags.append((batch.terminated, batch.truncated))
+        if not self.whole_steps % BARRIER_SAMPLE_EVERY:
+            self.finish_times.append(self.engine.buffers.done_at.copy())
+        if len(self.whole_flags) >= NOTES_PER_SUM:
             self.sum_notes()
 
     def async_batch(self, batch: Batch) -> None:
         """An async batch received: its envs' results (their resets', after an async reset)."""
         ids: Any = batch.env_ids
+        terminated, truncated = batch.terminated, batch.truncated
+        if batch.restarted:
+            self.restarted += batch.restarted
         if self.awaiting_reset:
             resets = self.awaiting_reset.intersection(batch.ids)
             self.awaiting_reset -= resets
             stepped = np.array([i not in resets for i in batch.ids], dtype=bool)
-            ids, terminated, truncated = ids[stepped], batch.terminated[stepped], batch.truncated[stepped]
-        else:
-            terminated, truncated = batch.terminated, batch.truncated
-        self.notes.append((ids, terminated, truncated, batch.restarted and list(batch.restarted)))
-        if len(self.notes) >= NOTES_PER_SUM:
+            ids, terminated, truncated = ids[stepped], terminated[stepped], truncated[stepped]
+        self.async_flags.append((ids, terminated, truncated))
+        if len(self.async_flags) >= NOTES_PER_SUM:
             self.sum_notes()
 
     def async_reset(self) -> None:
@@ -108,17 +108,31 @@ class RunStats:
     # -- at a snapshot ------------------------------------------------------------------------------
 
     def sum_notes(self) -> None:
-        notes, self.notes = self.notes, []
-        for ids, terminated, truncated, restarted in notes:
-            if terminated is not None:
-                if ids is None:  # a whole batch: every env
-                    self.steps += 1
-                    self.episodes += terminated | truncated
-                else:
-                    np.add.at(self.steps, ids, 1)
-                    np.add.at(self.episodes, ids, terminated | truncated)
-            if restarted:  # (a step's batch flags their episodes truncated by the restart already)
-                np.add.at(self.restarts, restarted, 1)
+        """Add the batches noted since the last call to the counts."""
+        n = self.engine.num_envs
+        if self.whole_flags:
+            terminated, truncated = (np.array(flags) for flags in zip(*self.whole_flags))
+            self.steps += len(self.whole_flags)
+            self.episodes += (terminated | truncated).sum(axis=0)
+            self.whole_flags = []
+        if self.async_flags:
+            ids, terminated, truncated = (np.concatenate(parts) for parts in zip(*self.async_flags))
+            self.steps += np.bincount(ids, minlength=n)
+            self.episodes += np.bincount(ids, weights=terminated | truncated, minlength=n).astype(np.int64)
+            self.async_flags = []
+        if self.restarted:
+            self.restarts += np.bincount(self.restarted, minlength=n)
+            self.restarted = []
+
+    def barrier(self) -> tuple[float, list[int]]:
+        """The mean of the sampled whole steps' waits for their last worker past the median one, and
+        how often each worker came last."""
+        if not self.finish_times:
+            return 0.0, [0] * len(self.engine.buffers.done_at)
+        done = np.array(self.finish_times)
+        lead = done.max(axis=1) - np.median(done, axis=1)
+        last = np.bincount(done.argmax(axis=1), minlength=done.shape[1])
+        return float(lead.mean()), last.tolist()
 
     def snapshot(self) -> VecStats:
         """The figures since the start (or :meth:`reset`), as a value."""
@@ -128,6 +142,7 @@ class RunStats:
         buffers, plan = engine.buffers, engine.plan
         firsts = [first for first, _ in plan.lanes]
         busy = (buffers.busy - self.busy_before)[firsts]
+        barrier, last_to_finish = self.barrier()
         return VecStats.build(
             wall=now - self.since,
             outside=outside,
@@ -139,10 +154,10 @@ class RunStats:
             process_envs=list(plan.process_slices),
             process_busy=busy,
             whole_steps=self.whole_steps,
-            barrier_mean=self.barrier_seconds / self.barrier_samples if self.barrier_samples else 0.0,
+            barrier_mean=barrier,
             last_to_finish=[
-                ((plan.worker_slices[w][0], plan.worker_slices[w][1]), int(count))
-                for w, count in enumerate(self.last_to_finish)
+                ((plan.worker_slices[w][0], plan.worker_slices[w][1]), count)
+                for w, count in enumerate(last_to_finish)
                 if count
             ],
         )

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -62,7 +64,9 @@ class AleInfoEnv(gym.Env):
         return self.obs, 0.0, False, self.t >= 1000, self._info()
 
 
-def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
+def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, Callable[[], None], int]:
+    """The vec env for ``facade`` on ``n_envs`` of ``env_id``, warmed up; a function that takes one
+    step (or one async batch, received and sent back); and the env-steps that step is."""
     if env_id.startswith("ALE/"):
         import ale_py
 
@@ -97,15 +101,44 @@ def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
             step()  # the first batch of resets back, and its envs sent
         for _ in range(2000):  # warm-up: caches, spinners, allocator
             step()
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < SECONDS:
-            for _ in range(200):
-                step()
-            steps += 200
-        return steps * (batch or n_envs) / (time.perf_counter() - start)
+    except BaseException:
+        venv.close()
+        raise
+    return venv, step, batch or n_envs
+
+
+def rate(step: Callable[[], None], per_step: int, seconds: float) -> float:
+    """Env-steps/s of ``step`` (``per_step`` env-steps each) over about ``seconds``."""
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(200):
+            step()
+        steps += 200
+    return steps * per_step / (time.perf_counter() - start)
+
+
+def main(env_id: str, facade: str, n_envs: int = N_ENVS) -> float:
+    venv, step, per_step = open_stepper(env_id, facade, n_envs)
+    try:
+        return rate(step, per_step, SECONDS)
+    finally:
+        venv.close()
+
+
+def serve(env_id: str, facade: str, n_envs: int = N_ENVS) -> None:
+    """For ``ab_paired.py``: the vec env opened once, then a line ``ready``, and for each line
+    ``SECONDS`` read from stdin the rate over that long, until stdin closes."""
+    venv, step, per_step = open_stepper(env_id, facade, n_envs)
+    try:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            print(f"{rate(step, per_step, float(line)):.0f}", flush=True)
     finally:
         venv.close()
 
 
 if __name__ == "__main__":
-    print(f"{main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:4])):.0f}")
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:5]))
+    else:
+        print(f"{main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:4])):.0f}")

@@ -426,3 +426,25 @@ def test_tuple_actions_as_one_batch_or_one_per_env_match_sb3_dummy_vec_env():
             expected = reference.step(per_env)
             obs, rewards, dones, infos = venv.step(batch if t % 2 else per_env)
             assert_tree_equal((obs, as_dummy_rewards(rewards), dones, infos), expected, f"step {t}")
+
+
+def test_stats_are_each_actor_s_counted_as_a_dummy_vec_env_loop_counts_and_logged_per_actor():
+    from vecshm.callbacks import logged_figures
+
+    fns = [make_space_env("box_f32", "discrete", max_steps=3 + i) for i in range(5)]
+    with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+        venv.reset()
+        reference.reset()
+        episodes = np.zeros(5, int)
+        for _ in range(12):
+            actions = np.zeros(5, dtype=np.int64)
+            venv.step(actions)
+            episodes += reference.step(actions)[2]
+        stats = venv.stats
+        assert [stop - start for start, stop in venv.actor_envs] == [len(actor.envs) for actor in stats] == [3, 2]
+        assert [env.steps for actor in stats for env in actor.envs] == [12] * 5
+        assert [env.episodes for actor in stats for env in actor.envs] == episodes.tolist()
+        figures = logged_figures(stats)
+        assert figures["vecshm/actor_0/steps"] == 36.0 and figures["vecshm/actor_1/steps"] == 24.0
+        venv.reset_stats()
+        assert [actor.steps for actor in venv.stats] == [0, 0]

@@ -9,6 +9,7 @@
 At the end of each rollout, every figure of ``venv.stats.as_dict()`` goes to ``model.logger``
 under ``vecshm/...``: SB3's progress table, TensorBoard, CSV, whatever the logger writes. The vec env
 is found by walking ``model.get_env()`` down its wrappers (``VecNormalize``, ``VecMonitor``, ...).
+A ``RayVecEnv``'s actors each write theirs under ``vecshm/actor_<k>/...``.
 Needs Stable-Baselines3 (imported here, not by ``import vecshm``).
 """
 
@@ -18,7 +19,9 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-__all__ = ["StatsCallback", "find_stats"]
+from vecshm.stats import VecStats
+
+__all__ = ["StatsCallback", "find_stats", "logged_figures"]
 
 
 def find_stats(venv: Any) -> Any:
@@ -29,6 +32,19 @@ def find_stats(venv: Any) -> Any:
             return venv
         venv, seen = getattr(venv, "venv", None), seen + 1
     return None
+
+
+def logged_figures(stats: VecStats | tuple[VecStats, ...], per_env: bool = False) -> dict[str, float]:
+    """The figures a logger gets: ``stats.as_dict(per_env)``, or, for a ``RayVecEnv``'s tuple (one
+    per actor), each actor's under ``vecshm/actor_<k>/``."""
+    if isinstance(stats, VecStats):
+        return stats.as_dict(per_env)
+    prefix = len("vecshm/")
+    return {
+        f"vecshm/actor_{k}/{key[prefix:]}": value
+        for k, actor in enumerate(stats)
+        for key, value in actor.as_dict(per_env).items()
+    }
 
 
 class StatsCallback(BaseCallback):
@@ -46,7 +62,7 @@ class StatsCallback(BaseCallback):
         if self.source is None:
             raise TypeError(
                 f"StatsCallback found no vecshm vec env under {type(self.model.get_env()).__name__} "
-                "(ShmVecEnv, ShmVectorEnv and the multi-agent classes have stats)"
+                "(ShmVecEnv, ShmVectorEnv, the multi-agent classes and RayVecEnv have stats)"
             )
 
     def _on_step(self) -> bool:
@@ -57,9 +73,10 @@ class StatsCallback(BaseCallback):
         if self.rollouts % self.every:
             return
         stats = self.source.stats
-        for key, value in stats.as_dict(self.per_env).items():
+        for key, value in logged_figures(stats, self.per_env).items():
             self.logger.record(key, value)
         if self.verbose:
-            print(stats.verdict)
+            for actor in (stats,) if isinstance(stats, VecStats) else stats:
+                print(actor.verdict)
         if self.reset:
             self.source.reset_stats()

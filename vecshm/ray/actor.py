@@ -120,6 +120,13 @@ class EnvHost:
             raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
         return self._run(name, lambda venv: venv.run.call_pickled(op, envs, args))
 
+    def stats(self) -> Any:
+        """This actor's ``ShmVecEnv.stats`` (a :class:`~vecshm.stats.VecStats`, a value that pickles)."""
+        return self._run("stats", lambda venv: venv.stats)
+
+    def reset_stats(self) -> Any:
+        return self._run("stats", lambda venv: venv.reset_stats())
+
     def worker_pids(self) -> list[int]:
         """The pids of this actor's vecshm worker processes (for tests and for diagnosing a node)."""
         return [] if self.venv is None else [p.pid for p in self.venv.processes]

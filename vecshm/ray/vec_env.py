@@ -23,6 +23,7 @@ from vecshm.shared.layout import tree_map
 from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import Phase
 from vecshm.shared.registry import snapshot_registry
+from vecshm.stats import VecStats
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
 
@@ -316,6 +317,26 @@ class RayVecEnv(VecEnv):
     def _local_envs(self) -> dict[int, list[int]]:
         """Every actor's envs, by their indices within it."""
         return {k: list(range(stop - start)) for k, (start, stop) in enumerate(self._shares)}
+
+    @property
+    def stats(self) -> tuple[VecStats, ...]:
+        """Each actor's :attr:`ShmVecEnv.stats <vecshm.ShmVecEnv.stats>`, in actor order (docs/usage.md,
+        "Where the time goes"): one remote call per actor, made only when asked. Within actor ``k``
+        the envs are numbered from 0 (the driver's ``actor_envs[k][0]`` on), and "the caller" is all the
+        time outside that actor's vec env: this driver's work and Ray's round trips alike. A restarted
+        actor counts afresh."""
+        self._check_usable()
+        return tuple(self._gather([actor.stats.remote() for actor in self.actors], "stats"))
+
+    def reset_stats(self) -> None:
+        """Count every actor's :attr:`stats` from now."""
+        self._check_usable()
+        self._gather([actor.reset_stats.remote() for actor in self.actors], "stats")
+
+    @property
+    def actor_envs(self) -> list[tuple[int, int]]:
+        """The envs each actor hosts, ``(start, stop)`` in the driver's numbering."""
+        return list(self._shares)
 
     def worker_pids(self) -> list[list[int]]:
         """Each actor's vecshm worker pids (to check placement or to inject a fault in a test)."""

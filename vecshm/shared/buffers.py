@@ -122,7 +122,6 @@ class BufferSpec:
             ("obs_slot", (w,), np.dtype(np.int64)),
             ("prev_slot", (w,), np.dtype(np.int64)),  # the slot of the command before (a restart reads it)
             ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
-            ("done_at", (w,), np.dtype(np.float64)),  # when each worker finished its last command (perf_counter)
             # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
             # average), which the workers' spin follows (vecshm.worker.main)
             ("turnaround", (1,), np.dtype(np.float64)),
@@ -144,7 +143,6 @@ class BufferSpec:
             ("obs_blob_arena", (n, blob_bytes), np.dtype(np.uint8)),
             ("final_obs_blob_arena", (n, self.info_bytes), np.dtype(np.uint8)),  # whole final obs, pickled
             ("act_dtype", (n, max(1, len(self.action_fixed))), np.dtype(np.int64)),
-            ("env_stats", (n, STEP_TIME_COLUMNS), np.dtype(np.float64)),  # step times (vecshm.shared.step_times)
         ]
         arrays += [
             (f"act:{i}", (n, _action_row_bytes(leaf)), np.dtype(np.uint8)) for i, leaf in enumerate(self.action_fixed)
@@ -156,6 +154,12 @@ class BufferSpec:
         rows = self.ring_units * self.unit_rows
         if rows:
             arrays += [(f"ring:{i}", (rows, *leaf.shape), leaf.dtype) for i, leaf in enumerate(self.obs_fixed)]
+        # Last, for vecshm.stats: inserted earlier, they moved every frame's offset in the segment, and
+        # frames stepped 5% slower (benchmarks/ab_paired.py; the copies' alignment, most likely)
+        arrays += [
+            ("done_at", (w,), np.dtype(np.float64)),  # when each worker finished its last command (perf_counter)
+            ("env_stats", (n, STEP_TIME_COLUMNS), np.dtype(np.float64)),  # step times (vecshm.shared.step_times)
+        ]
         return SegmentPlan(arrays)
 
     def slot_fields(self, plan: SegmentPlan, slot: int) -> list[Field]:

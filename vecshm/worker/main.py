@@ -44,6 +44,7 @@ from vecshm.worker.runner import EnvRunner
 __all__ = ["ProcessSpec", "worker_main"]
 
 PARENT_CHECK_SECONDS = 0.5  # how often a worker checks that its parent is still alive
+IDLE_SECONDS = 0.005  # asleep this long, a worker is idle: the caller works (vecshm.stats publishes then)
 PR_SET_PDEATHSIG = 1
 COMMANDS = {command.value: command for command in Command}  # a dict lookup, not an enum call per command
 
@@ -315,7 +316,9 @@ def _wait_for_commands(
     other workers' steps and the parent's own work), and at least the loose one then, so that the
     parent's occasional slow turn costs no wake-up; up to the loose one when the caller works in
     between (a learner keeps its cores). Before it sleeps it raises its asleep words, so that the
-    parent rings (vecshm.shared.sync), having called ``before_sleep``."""
+    parent rings (vecshm.shared.sync); once asleep for ``IDLE_SECONDS`` it calls ``before_sleep``
+    (not before every nap: in a tight loop on shared cores a worker naps every few steps, and a
+    publish there cost frames 5%)."""
     pending = new_commands()
     if pending:
         return pending
@@ -331,11 +334,14 @@ def _wait_for_commands(
         spinner.spin(found, loose, polite=polite)
     if pending:
         return pending
-    before_sleep()  # (the envs' step times, fresh for a snapshot taken while the caller works)
     asleep = buffers.asleep[spec.hosted]
     asleep[...] = 1
     fence()  # the asleep words written before the commands are read again
     pending = new_commands()
+    if not pending:
+        if not spec.doorbell.wait(IDLE_SECONDS):
+            before_sleep()  # (idle: the envs' step times, fresh for a snapshot taken while the caller works)
+        pending = new_commands()
     while not pending:
         if not spec.doorbell.wait(PARENT_CHECK_SECONDS) and os.getppid() != parent:
             return None

@@ -432,7 +432,7 @@ def test_stats_are_each_actor_s_counted_as_a_dummy_vec_env_loop_counts_and_logge
     from vecshm.callbacks import logged_figures
 
     fns = [make_space_env("box_f32", "discrete", max_steps=3 + i) for i in range(5)]
-    with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
+    with closing(ray_vec_env(fns, stats=True)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         venv.reset()
         reference.reset()
         episodes = np.zeros(5, int)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm import ShmVecEnv, ShmVectorEnv, StatsOffError
 from vecshm.stats import VecStats
 
 
@@ -54,7 +54,7 @@ LENGTHS = [3, 4, 5, 7, 11, 2]
 def test_steps_and_episodes_are_those_a_dummy_vec_env_loop_counts(no_leaks):
     fns = [work(20, n) for n in LENGTHS]
     reference = DummyVecEnv(fns)
-    with ShmVecEnv(fns, envs_per_worker=3) as venv:
+    with ShmVecEnv(fns, envs_per_worker=3, stats=True) as venv:
         venv.reset()
         reference.reset()
         episodes = np.zeros(len(fns), int)
@@ -70,7 +70,7 @@ def test_steps_and_episodes_are_those_a_dummy_vec_env_loop_counts(no_leaks):
 
 def test_async_batches_count_each_env_s_results_as_the_caller_received_them(no_leaks):
     fns = [work(30 * (1 + i % 3), n) for i, n in enumerate(LENGTHS)]
-    with ShmVectorEnv(fns, batch_size=2) as envs:
+    with ShmVectorEnv(fns, batch_size=2, stats=True) as envs:
         envs.async_reset(seed=0)
         steps, episodes, first = np.zeros(len(fns), int), np.zeros(len(fns), int), set(range(len(fns)))
         for _ in range(60):
@@ -89,7 +89,8 @@ def test_async_batches_count_each_env_s_results_as_the_caller_received_them(no_l
 
 def test_a_restart_after_a_kill_is_counted_for_the_dead_worker_s_envs(no_leaks):
     with pytest.warns(RuntimeWarning, match="restarting"):
-        with ShmVecEnv([work(20, 1000) for _ in range(4)], envs_per_worker=2, on_worker_failure="restart") as venv:
+        fns = [work(20, 1000) for _ in range(4)]
+        with ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart", stats=True) as venv:
             venv.reset()
             for _ in range(5):
                 venv.step(np.zeros(4, np.int64))
@@ -106,7 +107,7 @@ def test_a_restart_after_a_kill_is_counted_for_the_dead_worker_s_envs(no_leaks):
 
 def test_an_env_made_slower_than_the_rest_is_named_the_slowest_and_the_bound_is_the_envs(no_leaks):
     fns = [work(1500 if i == 4 else 150, 1000) for i in range(6)]
-    with ShmVecEnv(fns, envs_per_worker=1) as venv:
+    with ShmVecEnv(fns, envs_per_worker=1, stats=True) as venv:
         venv.reset()
         for _ in range(120):
             venv.step(np.zeros(6, np.int64))
@@ -119,7 +120,7 @@ def test_an_env_made_slower_than_the_rest_is_named_the_slowest_and_the_bound_is_
 
 
 def test_a_caller_that_sleeps_between_steps_gets_the_caller_bound_verdict(no_leaks):
-    with ShmVectorEnv([work(20) for _ in range(4)]) as envs:
+    with ShmVectorEnv([work(20) for _ in range(4)], stats=True) as envs:
         envs.reset(seed=0)
         envs.reset_stats()
         for _ in range(30):
@@ -132,7 +133,7 @@ def test_a_caller_that_sleeps_between_steps_gets_the_caller_bound_verdict(no_lea
 
 
 def test_the_snapshot_is_a_value_later_steps_leave_alone(no_leaks):
-    with ShmVecEnv([work(10) for _ in range(2)]) as venv:
+    with ShmVecEnv([work(10) for _ in range(2)], stats=True) as venv:
         venv.reset()
         venv.step(np.zeros(2, np.int64))
         snapshot = venv.stats
@@ -146,7 +147,7 @@ def test_the_snapshot_is_a_value_later_steps_leave_alone(no_leaks):
 
 
 def test_as_dict_is_flat_and_numeric_and_the_table_ends_with_the_verdict(no_leaks):
-    with ShmVecEnv([work(10) for _ in range(3)]) as venv:
+    with ShmVecEnv([work(10) for _ in range(3)], stats=True) as venv:
         venv.reset()
         for _ in range(20):
             venv.step(np.zeros(3, np.int64))
@@ -164,7 +165,7 @@ def test_the_multi_agent_classes_count_rows_of_their_copies(no_leaks):
 
     from vecshm.pettingzoo import AgentVecEnv
 
-    with AgentVecEnv(RandomDeaths(max_len=50, info=False), 3, 2, start_method="fork") as venv:
+    with AgentVecEnv(RandomDeaths(max_len=50, info=False), 3, 2, start_method="fork", stats=True) as venv:
         venv.reset()
         for _ in range(8):
             venv.step(np.zeros(12, np.int64))
@@ -174,7 +175,7 @@ def test_the_multi_agent_classes_count_rows_of_their_copies(no_leaks):
 
 def test_plot_draws_the_split_and_each_env_s_step_times(no_leaks, monkeypatch):
     pytest.importorskip("matplotlib")
-    with ShmVecEnv([work(30) for _ in range(3)]) as venv:
+    with ShmVecEnv([work(30) for _ in range(3)], stats=True) as venv:
         venv.reset()
         for _ in range(40):
             venv.step(np.zeros(3, np.int64))
@@ -193,7 +194,8 @@ def test_the_sb3_callback_writes_the_figures_to_sb3_s_logger_inside_ppo_learn(tm
 
     from vecshm.callbacks import StatsCallback
 
-    venv = VecNormalize(ShmVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)]))  # found through wrappers
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(2)]
+    venv = VecNormalize(ShmVecEnv(fns, stats=True))  # (found through the wrappers)
     try:
         model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, device="cpu")
         model.set_logger(configure(str(tmp_path), ["csv"]))
@@ -206,3 +208,40 @@ def test_the_sb3_callback_writes_the_figures_to_sb3_s_logger_inside_ppo_learn(tm
 
 def test_the_stats_type_is_public():
     assert VecStats.__module__ == "vecshm.stats"
+
+
+@pytest.mark.parametrize("facade", [ShmVecEnv, ShmVectorEnv])
+def test_without_stats_true_nothing_is_counted_and_asking_says_how_to_turn_it_on(facade, no_leaks):
+    with facade([work(10) for _ in range(2)]) as venv:
+        venv.reset()
+        venv.step(np.zeros(2, np.int64))
+        for ask in (lambda: venv.stats, venv.reset_stats):
+            with pytest.raises(StatsOffError, match="stats=True"):
+                ask()
+
+
+def test_the_sb3_callback_refuses_a_vec_env_that_counts_nothing_before_training():
+    from stable_baselines3 import PPO
+
+    from vecshm.callbacks import StatsCallback
+
+    venv = ShmVecEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, device="cpu")
+        with pytest.raises(StatsOffError, match="stats=True"):
+            model.learn(64, callback=StatsCallback())
+    finally:
+        venv.close()
+
+
+def test_past_eight_worker_processes_the_table_gives_the_spread_and_both_ends():
+    """A 16-core box's 16 processes: the table names the least and the most busy, not every one."""
+    n = 16
+    stats = VecStats.build(
+        wall=1.0, outside=0.2, waiting=0.7, steps=np.full(n, 10), episodes=np.zeros(n, int),
+        restarts=np.zeros(n, int), step_times=np.zeros((n, 130)), process_envs=[(i, i + 1) for i in range(n)],
+        process_busy=np.linspace(0.1, 0.9, n), whole_steps=10, barrier_mean=0.0, last_to_finish=[],
+    )  # fmt: skip
+    line = next(line for line in str(stats).splitlines() if "worker processes busy" in line)
+    assert "least 0 (env 0) 10%" in line and "most 15 (env 15) 90%" in line and "of 16" in line
+    assert len(stats.processes) == n

@@ -64,6 +64,7 @@ class StatsCallback(BaseCallback):
                 f"StatsCallback found no vecshm vec env under {type(self.model.get_env()).__name__} "
                 "(ShmVecEnv, ShmVectorEnv, the multi-agent classes and RayVecEnv have stats)"
             )
+        self.source.stats  # noqa: B018  (a StatsOffError now, not after a rollout, where the vec env counts nothing)
 
     def _on_step(self) -> bool:
         return True

@@ -18,6 +18,7 @@ How each figure is counted, and what it costs: :mod:`vecshm.parent.core.stats` a
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,8 +223,7 @@ class VecStats:
                 f"  synchronous steps: {self.whole_steps:,}, each waiting {self.barrier * 1e3:.2f} ms past the median "
                 f"worker for its last ({self.barrier_share:.0%} of wall time){self._last_to_finish()}"
             )
-        busy = ", ".join(f"{p.index} ({_envs(p.start, p.stop)}) {p.busy:.0%}" for p in self.processes)
-        lines.append(f"  worker processes busy: {busy}")
+        lines.append(f"  worker processes busy: {self._busy()}")
         lines.append("  env   steps  episodes  restarts  step ms: mean  median    p99")
         shown = sorted(self.envs, key=lambda env: -env.mean_step if env.timed_steps else 0.0)[:5]
         for env in sorted(shown, key=lambda env: env.index):
@@ -235,6 +235,18 @@ class VecStats:
             lines.append(f"  (the {len(shown)} slowest of {len(self.envs)} envs; every one: .envs)")
         lines.append(self.verdict)
         return "\n".join(lines)
+
+    def _busy(self) -> str:
+        """Each process's busy share, or past eight of them the spread and the two ends (``.processes``: each)."""
+        if len(self.processes) <= 8:
+            return ", ".join(f"{p.index} ({_envs(p.start, p.stop)}) {p.busy:.0%}" for p in self.processes)
+        ranked = sorted(self.processes, key=lambda p: p.busy)
+        low, high = ranked[0], ranked[-1]
+        median = float(np.median([p.busy for p in ranked]))
+        return (
+            f"median {median:.0%} of {len(ranked)}; least {low.index} ({_envs(low.start, low.stop)}) {low.busy:.0%}, "
+            f"most {high.index} ({_envs(high.start, high.stop)}) {high.busy:.0%} (every one: .processes)"
+        )
 
     def _last_to_finish(self) -> str:
         if not self.last_to_finish:
@@ -248,9 +260,10 @@ class VecStats:
         10th to 90th percentile, and the 99th). Needs matplotlib (``pip install 'vecshm[plot]'``)."""
         try:
             import matplotlib.pyplot as plt
+            from matplotlib import ticker
         except ImportError as error:
             raise ImportError("VecStats.plot() needs matplotlib: pip install 'vecshm[plot]'") from error
-        figure, (split, times) = plt.subplots(2, 1, figsize=(8, 5.5), height_ratios=(1, 3), layout="constrained")
+        figure, (split, times) = plt.subplots(2, 1, figsize=(8, 6), height_ratios=(1, 3), layout="constrained")
         left = 0.0
         for label, seconds, color in (
             ("waiting for envs", self.waiting, "#4c72b0"),
@@ -262,7 +275,7 @@ class VecStats:
             left += share
         split.set_xlim(0, 1)
         split.set_yticks([])
-        split.set_title(self.verdict if len(self.verdict) < 90 else self.verdict.split(";")[0], fontsize=10)
+        split.set_title(textwrap.fill(self.verdict, 100), fontsize=9)
         split.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8, frameon=False)
         timed = [env for env in self.envs if env.timed_steps]
         if timed:
@@ -275,6 +288,9 @@ class VecStats:
             times.scatter(xs, means, color="#c44e52", marker="_", s=80, zorder=3, label="mean")
             times.scatter(xs, p99, color="#333333", marker="v", s=14, zorder=3, label="p99")
             times.set_yscale("log")
+            times.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            times.yaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
+            times.tick_params(axis="y", which="minor", labelsize=7)
             times.legend(fontsize=8)
         times.set_xlabel("env")
         times.set_ylabel("step time, ms (as its worker measured it)")

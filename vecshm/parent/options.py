@@ -121,7 +121,8 @@ class EngineOptions:
     ``reward_codes``: the workers record each reward's dtype, for ``Batch.stacked_rewards``;
     ``async_batch``: the size of the async batches to come (None: whole batches only);
     ``lend_min_bytes``: the smallest batch of observations lent rather than copied (see ``LEND_MIN_BYTES``);
-    ``balance_rules``: when the parent gets a core of its own during async batches (:class:`BalanceRules`).
+    ``balance_rules``: when the parent gets a core of its own during async batches (:class:`BalanceRules`);
+    ``stats``: count where the time goes (:mod:`vecshm.stats`; off by default, as it costs cheap steps a few percent).
     """
 
     autoreset: AutoReset
@@ -142,6 +143,7 @@ class EngineOptions:
     async_batch: int | None = None
     lend_min_bytes: int = LEND_MIN_BYTES
     balance_rules: BalanceRules = DEFAULT_BALANCE_RULES
+    stats: bool = False
 
     def __post_init__(self) -> None:
         if self.on_worker_failure not in ON_WORKER_FAILURE:

@@ -24,6 +24,7 @@ __all__ = [
     "WorkerDiedError",
     "ActorDiedError",
     "StepTimeoutError",
+    "StatsOffError",
     "RemoteError",
     "remote_error",
     "remote_errors",
@@ -56,6 +57,10 @@ class NoAsyncCallError(VecShmError, RuntimeError, gym_error.NoAsyncCallError):
 
 class FailedError(VecShmError, RuntimeError):
     """An earlier failure left the vec env unusable; only ``close()`` is allowed."""
+
+
+class StatsOffError(VecShmError, RuntimeError):
+    """``venv.stats`` of a vec env created without ``stats=True``: nothing was counted."""
 
 
 class InvalidArgumentError(VecShmError, ValueError, AssertionError):

@@ -63,6 +63,8 @@ class ShmVecEnv(RunProperties, VecEnv):
         segment, smaller ones copied, which costs less; 0 lends every batch
     :param balance_rules: when the parent keeps a core of its own during async batches
         (:class:`~vecshm.parent.options.BalanceRules`; docs/affinity.md)
+    :param stats: count where the time goes, for :attr:`stats` (docs/usage.md, "Where the time goes");
+        off by default: it costs a cheap env's steps a few percent
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -92,6 +94,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         pin_memory: bool | None = None,
         lend_min_bytes: int = LEND_MIN_BYTES,
         balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
+        stats: bool = False,
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() must not touch a half-built object
@@ -116,6 +119,7 @@ class ShmVecEnv(RunProperties, VecEnv):
             pin_memory=pin_memory,
             lend_min_bytes=lend_min_bytes,
             balance_rules=balance_rules,
+            stats=stats,
         )
         self.closed = False
         self.copy = copy

@@ -63,6 +63,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     ``lend_min_bytes``: batches of observations at least this large (64 KiB) are lent from the segment,
     smaller ones copied, which costs less; 0 lends every batch. ``balance_rules``: when the parent
     keeps a core of its own during async batches (:class:`~vecshm.parent.options.BalanceRules`).
+    ``stats=True`` counts where the time goes, for :attr:`stats` (docs/usage.md, "Where the time
+    goes"; off by default: it costs a cheap env's steps a few percent).
     """
 
     # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that
@@ -102,6 +104,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         pin_memory: bool | None = None,
         lend_min_bytes: int = LEND_MIN_BYTES,
         balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
+        stats: bool = False,
     ) -> None:
         self.closed = True  # until the workers are up
         self.env_fns = env_fns
@@ -138,6 +141,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             pin_memory=pin_memory,
             lend_min_bytes=lend_min_bytes,
             balance_rules=balance_rules,
+            stats=stats,
         )
         self.closed = False
         self.device = device

@@ -36,6 +36,7 @@ class Lane(NamedTuple):
     claims: UnitPipe | None  # free units of the async ring
     autoreset: AutoReset
     reward_codes: bool  # record each reward's dtype (see vecshm.shared.buffers.REWARD_DTYPES)
+    timed: bool = False  # time the envs' steps, and when each command is done (vecshm.stats)
 
 
 class LaneConnection:

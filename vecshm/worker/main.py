@@ -232,7 +232,7 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
     a new one, in order, and the next pass picks up what arrived meanwhile.
     """
     inbox: dict[int, deque[Any]] = {}
-    rules = (spec.autoreset, spec.reward_codes)
+    rules = (spec.autoreset, spec.reward_codes, bool(spec.settings.get("stats")))
     runners = [
         EnvRunner(
             Lane(w, start, LaneConnection(spec.conn, w, inbox), spec.done_bell, spec.claims, *rules),

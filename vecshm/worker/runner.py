@@ -82,7 +82,7 @@ class EnvRunner:
         self.info_columns = ColumnWriter()
         self.reward_codes = spec.reward_codes
         self.reward_types: list[type] | None = None  # the types of the rewards whose codes were written last
-        self.step_times = StepTimes(len(envs))  # (vecshm.shared.step_times)
+        self.step_times = StepTimes(len(envs)) if spec.timed else None  # (vecshm.shared.step_times)
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -112,7 +112,8 @@ class EnvRunner:
         if unit is not None:
             self.buffers.unit_worker[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
-        self.buffers.done_at[me] = perf_counter()  # (for the barrier's cost in vecshm.stats)
+        if self.step_times is not None:  # (for the barrier's cost in vecshm.stats)
+            self.buffers.done_at[me] = perf_counter()
         self.buffers.done_seq[me] = seq
         ring_sleepers(ONLY_OWNER, *self.parent_bell)
         # Anything large goes after the bell, so the parent is already reading when we send.
@@ -140,7 +141,8 @@ class EnvRunner:
         # (looked up once; the loop is written out: a call per env costs more than a cheap env's step)
         progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
         # one command in four is timed, env by env (vecshm.shared.step_times): a clock read per env
-        clock_readings = self.step_times.readings_for_command()
+        step_times = self.step_times
+        clock_readings = step_times.readings_for_command() if step_times is not None else None
         if clock_readings is not None:
             clock_readings.append(perf_counter())
         for offset, env in enumerate(self.envs):
@@ -183,7 +185,8 @@ class EnvRunner:
 
     def publish_step_times(self) -> None:
         """Copy the envs' step-time histograms into their rows of the segment (for vecshm.stats)."""
-        self.step_times.publish(self.buffers.env_stats[self.start : self.start + len(self.envs)])
+        if self.step_times is not None:
+            self.step_times.publish(self.buffers.env_stats[self.start : self.start + len(self.envs)])
 
     def _write_reward_codes(self, rewards: Sequence[Any], types: list[type]) -> None:
         """The dtype of each reward (see ``REWARD_DTYPES``), written when the rewards' types change."""

@@ -67,7 +67,12 @@ class Engine:
         self.hand_over_core = not own_core
         # (with a core each, the workers' spins need not yield: vecshm.shared.sync.spin_for)
         settings = [
-            {"cpu_affinity": pinned, "limit_threads": options.limit_threads, "own_core": own_core}
+            {
+                "cpu_affinity": pinned,
+                "limit_threads": options.limit_threads,
+                "own_core": own_core,
+                "stats": options.stats,  # (the workers time their envs' steps for vecshm.stats)
+            }
             for pinned in self.worker_cores
         ]
         self.nbytes = 0  # the segment's size, once laid out

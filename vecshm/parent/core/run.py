@@ -37,7 +37,7 @@ from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.start_methods import default_start_method
 from vecshm.shared.buffers import Buffers
-from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError, StatsOffError
 from vecshm.shared.pickling import Pickled
 from vecshm.shared.protocol import CallOp, Phase
 from vecshm.shared.sync import yield_core
@@ -86,7 +86,8 @@ class VecRun:
         self._registration: Any = None
         try:
             self._batches = AsyncBatches(engine, batch_size)
-            self._stats = RunStats(engine)  # (vecshm.stats: counted from here)
+            # (vecshm.stats: counted from here where asked for; None: nothing counted, nothing paid)
+            self._stats = RunStats(engine) if engine_options.stats else None
             # after the workers started: none may inherit CUDA
             self.outputs, self._registration = build_outputs(target, pin, engine.buffers.mapping)
         except BaseException:
@@ -122,7 +123,8 @@ class VecRun:
         """Step every env on its row of ``actions`` (checked first); :meth:`finish` returns the
         results. ``lend``: observations in a slot the batch lends, else views of slot 0 that the next
         command overwrites. Actions staged for async batches are dropped: every env gets one now."""
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         if self._batches.has_staged:
             self._batches.forget_staged()
         engine = self._engine
@@ -131,21 +133,28 @@ class VecRun:
             engine.balance.release()
         free = engine.slots.free  # (ObservationSlots.acquire inline, on the step path)
         self._pending = engine.start_step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
-        if engine.hand_over_core:  # (the core given to a worker: a wait for the workers, for vecshm.stats)
-            handed = perf_counter()
-            yield_core()
-            self._stats.handed_over += perf_counter() - handed
-        self._stats.handed_back()
+        stats = self._stats
+        if engine.hand_over_core:
+            if stats is None:
+                yield_core()
+            else:  # (the core given to a worker: a wait for the workers)
+                handed = perf_counter()
+                yield_core()
+                stats.handed_over += perf_counter() - handed
+        if stats is not None:
+            stats.handed_back()
 
     def start_reset(self, requests: Sequence[dict[str, Any] | None], lend: bool) -> None:
         """Reset every env whose ``requests[i]`` holds its ``reset`` keywords; an env whose request is
         None keeps its observation, rewritten into the batch's slot (:meth:`finish` returns it whole)."""
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         if self._batches.has_staged:
             self._batches.forget_staged()
         slot = self._engine.slots.acquire() if lend else 0
         self._pending = self._engine.send_resets(list(requests), slot)
-        self._stats.handed_back()
+        if self._stats is not None:
+            self._stats.handed_back()
 
     @property
     def pending(self) -> bool:
@@ -158,7 +167,8 @@ class VecRun:
         ticket, self._pending = self._pending, None
         if ticket is None:
             raise NoAsyncCallError("finish() was called with no command pending")
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         engine, slot = self._engine, ticket.slot
         lent = engine.slots.lend(slot) if slot > 0 else None  # made while the workers run, not after
         try:
@@ -167,7 +177,8 @@ class VecRun:
             lent = None  # (the slot goes back with its arrays: nobody will read it)
             raise
         batch = Batch(engine.reader, None, collected.extras, lent)
-        self._stats.whole_batch(batch, ticket.phase is Phase.STEP)
+        if self._stats is not None:
+            self._stats.whole_batch(batch, ticket.phase is Phase.STEP)
         return batch
 
     # -- async batches (EnvPool style) ------------------------------------------------------------
@@ -175,10 +186,12 @@ class VecRun:
     def async_reset(self, requests: Sequence[dict[str, Any] | None]) -> None:
         """Reset every env without waiting (whatever was in flight is finished and dropped first);
         :meth:`recv` returns the results batch by batch."""
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         self._batches.reset(list(requests))
-        self._stats.async_reset()
-        self._stats.handed_back()
+        if self._stats is not None:
+            self._stats.async_reset()
+            self._stats.handed_back()
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step ``env_ids`` (default: the batch the last :meth:`recv` returned) without waiting."""
@@ -186,18 +199,22 @@ class VecRun:
             if self._last_batch is None:
                 raise ValueError("send() needs env_ids before the first recv()")
             env_ids = self._last_batch
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         self._batches.send(actions, env_ids)
-        self._stats.handed_back()
+        if self._stats is not None:
+            self._stats.handed_back()
 
     def recv(self, timeout: float | None = None) -> Batch:
         """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``)."""
-        self._stats.entered()
+        if self._stats is not None:
+            self._stats.entered()
         if self.outputs is not NUMPY:  # (numpy outputs: nothing to do, and nothing to call on the step path)
             self.outputs.before_batch()
         batch = self._batches.recv(timeout)
         self._last_batch = batch.env_ids
-        self._stats.async_batch(batch)
+        if self._stats is not None:
+            self._stats.async_batch(batch)
         return batch
 
     def observations(self, batch: Batch, copy: bool) -> Any:
@@ -225,7 +242,10 @@ class VecRun:
 
     def call(self, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
         """The rare operation ``op`` (:class:`~vecshm.shared.protocol.CallOp`) on ``env_ids``; each env's result."""
-        self._stats.entered()
+        if self._stats is None:
+            return call(self._engine, op, env_ids, *args)
+        if self._stats is not None:
+            self._stats.entered()
         try:
             return call(self._engine, op, env_ids, *args)
         finally:
@@ -262,15 +282,24 @@ class VecRun:
 
     def stats(self) -> VecStats:
         """Where the time went since the start or :meth:`reset_stats` (:mod:`vecshm.stats`), as a value."""
-        return self._stats.snapshot()
+        return self._counting().snapshot()
 
     def reset_stats(self) -> None:
         """Count :meth:`stats` from now."""
-        self._stats.reset()
+        self._counting().reset()
+
+    def _counting(self) -> RunStats:
+        if self._stats is None:
+            raise StatsOffError(
+                "this vec env does not count where the time goes: create it with stats=True (off by default, as "
+                "counting costs cheap steps a few percent; docs/usage.md, 'Where the time goes')"
+            )
+        return self._stats
 
     def handed_back(self) -> None:
         """A facade returned a call's results to its caller: the caller's time starts (vecshm.stats)."""
-        self._stats.handed_back()
+        if self._stats is not None:
+            self._stats.handed_back()
 
     @property
     def pin_memory(self) -> bool:

@@ -14,6 +14,8 @@ sides alike, so the median of the pairs' ratios is steady where the rates are no
     python benchmarks/ab_paired.py ../old . vecshm/Frames-v0 sb3 --rounds 20
 
 prints each side's median rate and the median of the after/before ratios, with their spread.
+``--after-facade`` gives the after side another facade: the same tree twice, ``sb3`` against
+``sb3+stats``, measures what an option costs.
 """
 
 from __future__ import annotations
@@ -51,12 +53,13 @@ def ask(process: subprocess.Popen[str], seconds: float) -> float:
 
 
 def paired(
-    before: str, after: str, env_id: str, facade: str, rounds: int, seconds: float, n_envs: int
+    before: str, after: str, env_id: str, facades: tuple[str, str], rounds: int, seconds: float, n_envs: int
 ) -> dict[str, Any]:
-    """Each side's rates and the after/before ratio of each round (the order swapped every round)."""
-    sides = {"before": start(before, env_id, facade, n_envs)}
+    """Each side's rates and the after/before ratio of each round (the order swapped every round);
+    ``facades``: the before side's and the after side's."""
+    sides = {"before": start(before, env_id, facades[0], n_envs)}
     try:
-        sides["after"] = start(after, env_id, facade, n_envs)
+        sides["after"] = start(after, env_id, facades[1], n_envs)
         rates: dict[str, list[float]] = {"before": [], "after": []}
         for r in range(rounds):
             for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
@@ -76,15 +79,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("after", help="the checkout measured")
     parser.add_argument("env_id", help="a Gymnasium id, or ale-infos (ab_step_rate.py)")
     parser.add_argument("facade", help="sb3, gym, sb3-async, gym-async, ... (ab_step_rate.py)")
+    parser.add_argument("--after-facade", help="the after side's facade, if not the same (e.g. sb3+stats)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=0.5, help="each side's turn")
     parser.add_argument("--envs", type=int, default=8)
     args = parser.parse_args(argv)
-    result = paired(args.before, args.after, args.env_id, args.facade, args.rounds, args.seconds, args.envs)
+    facades = (args.facade, args.after_facade or args.facade)
+    result = paired(args.before, args.after, args.env_id, facades, args.rounds, args.seconds, args.envs)
     rates, ratios = result["rates"], sorted(result["ratios"])
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     print(
-        f"{args.env_id} {args.facade}: before {statistics.median(rates['before']):,.0f}/s, "
+        f"{args.env_id} {' -> '.join(dict.fromkeys(facades))}: before {statistics.median(rates['before']):,.0f}/s, "
         f"after {statistics.median(rates['after']):,.0f}/s; after/before {statistics.median(ratios):.3f} "
         f"(quartiles {quartiles[0]:.3f}-{quartiles[-1]:.3f}, {len(ratios)} pairs)"
     )

@@ -16,8 +16,9 @@ sides). ``sb3`` steps a ``ShmVecEnv``, ``gym`` a ``ShmVectorEnv``; ``sb3-async``
 and ``gym-async`` run the same classes in async batches of half the envs (``send``/``recv``), and
 ``sb3-async-all``/``gym-async-all`` in async batches of every env (what a synchronous step would
 cost through the async path); ``subproc`` steps SB3's ``SubprocVecEnv`` (forked, as vecshm here),
-the peer to alternate with; ``AB_SECONDS`` sets the measured time (2 s); a facade ending in ``+restart`` runs under
-``on_worker_failure="restart"``; 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
+the peer to alternate with; ``AB_SECONDS`` sets the measured time (2 s); a facade ending in
+``+restart`` runs under ``on_worker_failure="restart"``, one ending in ``+stats`` with
+``stats=True`` (both: ``sb3+restart+stats``); 8 envs (or the third argument), 2 s. The id ``ale-infos`` is a
 zero-compute env defined here (so any checkout runs it) whose infos are ALE's: ``lives``,
 ``episode_frame_number`` and ``frame_number`` on every step.
 """
@@ -71,8 +72,10 @@ def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, C
         import ale_py
 
         gym.register_envs(ale_py)
-    facade, _, policy = facade.partition("+")
-    failure = "restart" if policy == "restart" else "raise"
+    facade, *policies = facade.split("+")
+    failure = "restart" if "restart" in policies else "raise"
+    # (a checkout from before stats=True takes no such keyword)
+    counting = {"stats": True} if "stats" in policies else {}
     make = AleInfoEnv if env_id == "ale-infos" else (lambda: gym.make(env_id))
     fns = [make for _ in range(n_envs)]
     mode = facade.partition("-")[2]  # "", "async" or "async-all"
@@ -82,9 +85,9 @@ def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, C
 
         venv = SubprocVecEnv(fns, start_method="fork")
     elif facade.startswith("sb3"):
-        venv = ShmVecEnv(fns, batch_size=batch, start_method="fork", on_worker_failure=failure)
+        venv = ShmVecEnv(fns, batch_size=batch, start_method="fork", on_worker_failure=failure, **counting)
     else:
-        venv = ShmVectorEnv(fns, batch_size=batch, context="fork", on_worker_failure=failure)
+        venv = ShmVectorEnv(fns, batch_size=batch, context="fork", on_worker_failure=failure, **counting)
     try:
         space = venv.action_space if facade.startswith(("sb3", "subproc")) else venv.single_action_space
         space.seed(0)

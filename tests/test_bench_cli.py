@@ -122,6 +122,18 @@ def test_benchmark_scripts_run_against_the_current_code(script):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_the_paired_a_b_runs_two_trees_in_turn_and_reports_the_ratio():
+    """benchmarks/ab_paired.py on this tree twice, with stats=True on the after side (the check of an option's cost)."""
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, str(root / "benchmarks" / "ab_paired.py"), str(root), str(root), "CartPole-v1", "gym"]
+    result = subprocess.run(
+        [*command, "--after-facade", "gym+stats", "--rounds", "2", "--seconds", "0.05", "--envs", "2"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "CartPole-v1 gym -> gym+stats: before " in result.stdout and "(quartiles " in result.stdout
+
+
 def test_the_device_s_opencv_stand_in_warps_atari_frames_as_opencv_does():
     """benchmarks/device_cv2 replaces OpenCV in the device's training stage: the same frames out of SB3's WarpFrame."""
     cv2 = pytest.importorskip("cv2")

@@ -9,6 +9,7 @@ only when they do not fit.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import sys
@@ -232,7 +233,8 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
     a new one, in order, and the next pass picks up what arrived meanwhile.
     """
     inbox: dict[int, deque[Any]] = {}
-    rules = (spec.autoreset, spec.reward_codes, bool(spec.settings.get("stats")))
+    timed = bool(spec.settings.get("stats"))  # (vecshm.stats)
+    rules = (spec.autoreset, spec.reward_codes, timed)
     runners = [
         EnvRunner(
             Lane(w, start, LaneConnection(spec.conn, w, inbox), spec.done_bell, spec.claims, *rules),
@@ -247,7 +249,8 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
     mine = buffers.cmd_seq[spec.hosted]
     new_commands = _command_watch(mine, seen)
     busy_since = None
-    publish_at = 0.0  # when the envs' step times are next copied into the segment
+    # the envs' step times, copied into the segment every PUBLISH_SECONDS and once idle (vecshm.shared.step_times)
+    publish_at = 0.0 if timed else math.inf
 
     def publish() -> None:
         for runner in runners:
@@ -257,10 +260,10 @@ def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int
         idle_since = time.perf_counter()
         if busy_since is not None:  # the commands just run, for the parent's core balance (vecshm.parent.core.balance)
             busy[first] += idle_since - busy_since
-        if idle_since >= publish_at:  # (vecshm.shared.step_times: a copy every PUBLISH_SECONDS)
+        if idle_since >= publish_at:
             publish()
             publish_at = idle_since + PUBLISH_SECONDS
-        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers, publish)
+        pending = _wait_for_commands(spec, spinner, new_commands, parent, buffers, publish if timed else None)
         if pending is None:
             return False
         busy_since = time.perf_counter()
@@ -308,7 +311,7 @@ def _wait_for_commands(
     new_commands: Callable[[], list[int]],
     parent: int,
     buffers: Buffers,
-    before_sleep: Callable[[], None],
+    before_sleep: Callable[[], None] | None,
 ) -> list[int] | None:
     """Spin, then sleep on the doorbell, until some hosted worker has a new command: which; None
     once the parent is gone. The spin covers the recent waits (``spinner``) up to the full budget
@@ -316,7 +319,7 @@ def _wait_for_commands(
     other workers' steps and the parent's own work), and at least the loose one then, so that the
     parent's occasional slow turn costs no wake-up; up to the loose one when the caller works in
     between (a learner keeps its cores). Before it sleeps it raises its asleep words, so that the
-    parent rings (vecshm.shared.sync); once asleep for ``IDLE_SECONDS`` it calls ``before_sleep``
+    parent rings (vecshm.shared.sync); once asleep for ``IDLE_SECONDS`` it calls ``before_sleep``, if any
     (not before every nap: in a tight loop on shared cores a worker naps every few steps, and a
     publish there cost frames 5%)."""
     pending = new_commands()
@@ -338,7 +341,7 @@ def _wait_for_commands(
     asleep[...] = 1
     fence()  # the asleep words written before the commands are read again
     pending = new_commands()
-    if not pending:
+    if not pending and before_sleep is not None:
         if not spec.doorbell.wait(IDLE_SECONDS):
             before_sleep()  # (idle: the envs' step times, fresh for a snapshot taken while the caller works)
         pending = new_commands()

@@ -244,8 +244,7 @@ class VecRun:
         """The rare operation ``op`` (:class:`~vecshm.shared.protocol.CallOp`) on ``env_ids``; each env's result."""
         if self._stats is None:
             return call(self._engine, op, env_ids, *args)
-        if self._stats is not None:
-            self._stats.entered()
+        self._stats.entered()
         try:
             return call(self._engine, op, env_ids, *args)
         finally:

@@ -1,6 +1,7 @@
 """Where the time goes: ``venv.stats``, a snapshot of a running vec env's figures.
 
-Every vecshm vec env (``ShmVecEnv``, ``ShmVectorEnv``, the multi-agent classes) counts, from its
+A vecshm vec env created with ``stats=True`` (``ShmVecEnv``, ``ShmVectorEnv``, the multi-agent
+classes; off by default, as counting costs a cheap env's steps a few percent) counts, from its
 start or its last ``venv.reset_stats()``: how the wall time splits between waiting for the envs,
 the vec env's own work and the caller's (policy, learner, logging); each env's steps, episodes and
 restarts, and its step time as its worker measured it; what synchronous steps waited for their

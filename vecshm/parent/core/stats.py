@@ -5,8 +5,8 @@
   time between is inside the vec env, the rest is the caller's. Of the inside, the waits for
   workers are the waiter's own count (``Waiter.waited_seconds``), with the core handed to a worker
   after a whole batch's bells; the rest is the parent's own work.
-- **Counts.** A whole batch's flags (copies already, the batch's own) are appended to a list as
-  they are, and an async batch's with its env ids; the lists are added up with NumPy every
+- **Counts.** A whole batch's flags are appended to lists as bytes (held arrays kept NumPy from
+  reusing their memory), and an async batch's with its env ids; the lists are added up with NumPy every
   :data:`NOTES_PER_SUM` batches, or when a snapshot is taken: a step pays for a list append, not
   for NumPy's microsecond per call. Steps count results of step commands that reached the caller;
   episodes, those that ended one (or that a restart truncated).

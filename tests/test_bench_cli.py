@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,20 +98,28 @@ def test_training_benchmark_times_learn_and_the_vec_env_inside_it(tmp_path, caps
     assert table in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        ["info_columns.py", "--envs", "2", "--rounds", "1"],
-        ["parent_core.py", "-w", "vector", "-n", "4", "-r", "1", "--seconds", "0.2"],
-        ["command_granularity.py", "-n", "4", "-k", "2", "-b", "4", "-r", "1", "--seconds", "0.2"],
-        ["step_timeline.py", "gym", "4", "300"],
-        ["step_halves.py", "50"],
-    ],
-    ids=lambda script: script[0],
-)
+LAB_RUNS = [
+    ["batch_model.py", "-W", "2", "-k", "2", "-C", "2", "-b", "2"],
+    ["batch_structure.py", "-n", "4", "-w", "2", "-b", "2", "-r", "1", "--seconds", "0.2", "--step-us", "100"],
+    ["command_granularity.py", "-n", "4", "-k", "2", "-b", "4", "-r", "1", "--seconds", "0.2"],
+    ["info_columns.py", "--envs", "2", "--rounds", "1"],
+    ["manycore_probe.py", "4", "-w", "frames", "--rounds", "1", "--seconds", "0.2", "--only", "shm sync"],
+    ["parent_core.py", "-w", "vector", "-n", "4", "-r", "1", "--seconds", "0.2"],
+    ["parent_cost.py", "gym", "async", "--repeats", "1", "--cycles", "50"],
+    ["parent_wakeups.py", "frames", "4", "--batch", "2", "--seconds", "0.2"],
+    ["reset_ahead.py", "--learner-ms", "1", "--envs", "2", "--seconds", "0.3", "--rounds", "1"],
+    ["step_halves.py", "50"],
+    ["sync_placements.py", "frames", "1", "0.05"],
+    ["trace_step_path.py"],
+    ["wrapper_overhead.py", "--rounds", "1", "--steps", "20"],
+]  # every script in benchmarks/lab/, with arguments for a tiny run
+
+
+@pytest.mark.parametrize("script", LAB_RUNS, ids=lambda script: script[0])
 def test_benchmark_scripts_run_against_the_current_code(script):
-    """The scripts in benchmarks/ call vecshm's internals, which move; a tiny run of the ones that
-    reach furthest in keeps them working (info_columns.py once broke on a changed signature)."""
+    """Every script in benchmarks/lab/, at a tiny size: they call vecshm's internals, which move
+    (info_columns.py once broke on a changed signature). A script no test runs is one nobody
+    notices break: the lab keeps none (``test_every_lab_script_is_run_and_listed``)."""
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "lab" / script[0]), *script[1:]],
@@ -120,6 +129,20 @@ def test_benchmark_scripts_run_against_the_current_code(script):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_every_lab_script_is_run_and_listed():
+    """Each script in benchmarks/lab/ is run above and listed in the lab's README; none is left
+    that no test runs, and the README names none that is gone."""
+    lab = Path(__file__).resolve().parents[1] / "benchmarks" / "lab"
+    scripts = {path.name for path in lab.glob("*.py")}
+    run = {script[0] for script in LAB_RUNS}
+    readme = (lab / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z_]+\.py)` \|", readme, flags=re.M))
+    assert scripts == run, f"not run by a test: {sorted(scripts - run)}; run but gone: {sorted(run - scripts)}"
+    assert scripts == listed, (
+        f"not in the README: {sorted(scripts - listed)}; listed but gone: {sorted(listed - scripts)}"
+    )
 
 
 def test_the_paired_a_b_runs_two_trees_in_turn_and_reports_the_ratio():

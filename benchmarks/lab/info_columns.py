@@ -21,12 +21,10 @@ import numpy as np
 from gymnasium import spaces
 
 import vecshm.shared.info_columns
-from vecshm.parent.core.engine import Engine
+from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import EngineOptions
-from vecshm.shared.protocol import AutoReset
-from vecshm.vec_env.base import stack_dynamic
-from vecshm.vector.shm import vector_infos
+from vecshm.vector.infos import vector_infos
 
 
 class AleInfoEnv(gym.Env):
@@ -49,42 +47,37 @@ class AleInfoEnv(gym.Env):
         return np.zeros(4, np.uint8), 0.0, False, False, self._info()
 
 
-def last_step(engine: Engine, n: int) -> Any:
-    """A reset, then one step of every env, whose results (a ``vecshm.parent.handback.results.Batch``) can be read
-    again and again."""
-
-    def finished(ticket: Any) -> Batch:  # what VecRun.finish does, for a slot-0 command
-        collected = engine.waiter.collect(ticket, engine.words.finished(), None, engine.policy)
-        return Batch(engine.reader, None, collected.extras, None)
-
-    finished(engine.send_resets([{}] * n, 0))
-    return finished(engine.start_step(engine.plan.all_workers, 0, engine.actions.write(np.zeros(n, np.int64))))
+def last_step(run: VecRun, n: int) -> Batch:
+    """A reset, then one step of every env, through the vec env's public ``run``: that step's
+    results (a :class:`~vecshm.parent.handback.results.Batch` in slot 0), to read again and again."""
+    run.start_reset([{}] * n, lend=False)
+    run.finish()
+    run.start_step(np.zeros(n, np.int64), lend=False)
+    return run.finish()
 
 
 def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> float:
     """Best of 7 of the mean time to read one step's infos for ``n`` envs, in microseconds."""
     write = vecshm.shared.info_columns.ColumnWriter.write
-    if not columns:
+    if not columns:  # (before the workers fork: they inherit it)
         vecshm.shared.info_columns.ColumnWriter.write = lambda self, info, arena, env_index: None
     fns = [AleInfoEnv for _ in range(n)]
     per_worker = max(1, n // 2)
-    engine: Engine | None = None
+    venv: Any = None
     try:
-        if facade == "sb3":  # what ShmVecEnv asks of the engine
-            engine = Engine(
-                fns, EngineOptions(AutoReset.SAME_STEP, True, "fork", per_worker, batch_dynamic=stack_dynamic)
-            )
-            batch = last_step(engine, n)
+        if facade == "sb3":
+            venv = ShmVecEnv(fns, start_method="fork", envs_per_worker=per_worker)
+            batch = last_step(venv.run, n)
             read = batch.infos
-        else:  # ShmVectorEnv's
-            engine = Engine(fns, EngineOptions(AutoReset.NEXT_STEP, start_method="fork", envs_per_worker=per_worker))
-            batch, ids = last_step(engine, n), np.arange(n)
+        else:
+            venv = ShmVectorEnv(fns, context="fork", envs_per_worker=per_worker)
+            batch, ids = last_step(venv.run, n), np.arange(n)
             read = lambda: vector_infos(batch, n, ids, ids, None)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
         vecshm.shared.info_columns.ColumnWriter.write = write
-        if engine is not None:
-            engine.close()
+        if venv is not None:
+            venv.close()
 
 
 def main() -> None:

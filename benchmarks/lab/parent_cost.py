@@ -10,7 +10,7 @@ min of 7 repeats of 5,000 cycles::
 
     python benchmarks/lab/parent_cost.py sb3 async
     python benchmarks/lab/parent_cost.py gym sync
-    python benchmarks/lab/parent_cost.py gym async vecshm/Frames-v0 3 2   # batch 3, envs_per_worker 2
+    python benchmarks/lab/parent_cost.py gym async --env vecshm/Frames-v0 --batch 3 --envs-per-worker 2
 
 Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
 ``ab_step_rate.py``) for a before/after of the parent's hot path.
@@ -18,8 +18,8 @@ Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, s
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -39,6 +39,8 @@ def main(
     env_id: str = "vecshm/Frames-v0",
     batch_size: int = N_ENVS // 2,
     per_worker: int | None = None,
+    repeats: int = REPEATS,
+    cycles: int = CYCLES,
 ) -> tuple[float, float]:
     """Median and min of the parent's microseconds per cycle outside the wait (async: batches of
     ``batch_size``; ``per_worker``: envs per worker, default vecshm's choice)."""
@@ -65,21 +67,31 @@ def main(
         else:
             venv.reset()
             step = lambda: venv.step(actions)  # noqa: E731
-        for _ in range(2000):  # warm-up: caches, spinners, allocator
+        for _ in range(min(2000, cycles)):  # warm-up: caches, spinners, allocator
             step()
         costs = []
-        for _ in range(REPEATS):
+        for _ in range(repeats):
             waited[0] = 0.0
             started = time.perf_counter_ns()
-            for _ in range(CYCLES):
+            for _ in range(cycles):
                 step()
-            costs.append((time.perf_counter_ns() - started - waited[0] * 1e9) / CYCLES / 1000)
+            costs.append((time.perf_counter_ns() - started - waited[0] * 1e9) / cycles / 1000)
         return statistics.median(costs), min(costs)
     finally:
         venv.close()
 
 
 if __name__ == "__main__":
-    facade, mode = sys.argv[1], sys.argv[2]
-    median, least = main(facade, mode, *sys.argv[3:4], *map(int, sys.argv[4:6]))
-    print(f"{facade} {mode}: parent {median:.1f} us per cycle outside the wait (min {least:.1f})")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("facade", choices=["sb3", "gym"])
+    parser.add_argument("mode", choices=["sync", "async"])
+    parser.add_argument("--env", default="vecshm/Frames-v0")
+    parser.add_argument("--batch", type=int, default=N_ENVS // 2)
+    parser.add_argument("--envs-per-worker", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--cycles", type=int, default=CYCLES)
+    args = parser.parse_args()
+    median, least = main(
+        args.facade, args.mode, args.env, args.batch, args.envs_per_worker, args.repeats, args.cycles
+    )  # fmt: skip
+    print(f"{args.facade} {args.mode}: parent {median:.1f} us per cycle outside the wait (min {least:.1f})")

@@ -12,7 +12,7 @@ import multiprocessing as mp
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gymnasium import spaces
@@ -107,6 +107,15 @@ class BalanceRules:
     def always_reserve(cls) -> BalanceRules:
         return cls(window_seconds=0.0, reserve_below=math.inf)
 
+    def __repr__(self) -> str:
+        """Only what differs from the defaults (``BalanceRules()``: the defaults, as signatures show them)."""
+        changed = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.compare and getattr(self, f.name) != f.default
+        ]
+        return f"BalanceRules({', '.join(changed)})"
+
 
 DEFAULT_BALANCE_RULES = BalanceRules()
 
@@ -130,7 +139,7 @@ class EngineOptions:
     start_method: str | None = None
     envs_per_worker: int | None = None
     info_bytes: int = DEFAULT_INFO_BYTES
-    timeout: float | None = None
+    step_timeout: float | None = None
     daemon: bool = True
     spin: float | None = None
     cpu_affinity: Any = None
@@ -148,8 +157,8 @@ class EngineOptions:
     def __post_init__(self) -> None:
         if self.on_worker_failure not in ON_WORKER_FAILURE:
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {self.on_worker_failure!r}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout!r}")
+        if self.step_timeout is not None and not self.step_timeout > 0:
+            raise ValueError(f"step_timeout must be a positive number of seconds or None, got {self.step_timeout!r}")
         if self.info_bytes < 0:
             raise ValueError(f"info_bytes must be >= 0, got {self.info_bytes}")
         if not isinstance(self.lend_min_bytes, int) or self.lend_min_bytes < 0:

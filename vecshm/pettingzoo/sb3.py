@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.core.inspection import RunProperties, hands_back
+from vecshm.options import StartOptions, takes_options
+from vecshm.parent.core.inspection import RunProperties
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -32,9 +33,13 @@ from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["AgentVecEnv"]
 
 
+@takes_options(StartOptions)
 class AgentVecEnv(RunProperties, VecEnv):
     """SB3's ``VecEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a`` is
     agent ``possible_agents[a]`` of copy ``k``.
@@ -45,9 +50,8 @@ class AgentVecEnv(RunProperties, VecEnv):
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
     :param copy: return copies of observations (lent from the segment, so no bytes move), else
         views the next step overwrites
-    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
-    :param options: vecshm's options, as :class:`~vecshm.ShmVecEnv` takes them (``start_method``,
-        ``step_timeout``, ``cpu_affinity``, ``on_worker_failure``, ...)
+    :param options: vecshm's options (below), as :class:`~vecshm.ShmVecEnv` takes them, and
+        ``start_method`` and ``daemon``; ``batch_size`` counts copies
 
     ``present`` holds, after each step or reset, whether each row's agent is in the observations
     returned (an absent agent's row is zeros, with reward 0); each row's info says it too.
@@ -60,15 +64,14 @@ class AgentVecEnv(RunProperties, VecEnv):
         num_cpus: int = 0,
         *,
         copy: bool = True,
-        batch_size: int | None = None,
-        **options: Any,
+        **options: Unpack[StartOptions],
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
         with naming_copies():
-            self._run = start_copies(parallel_env, plan, num_cpus, batch_size, AutoReset.SAME_STEP, options)
+            self._run = start_copies("AgentVecEnv", parallel_env, plan, num_cpus, AutoReset.SAME_STEP, options)
         self.closed = False
         self.copy = copy
         self.num_agents = len(plan.agents)
@@ -90,7 +93,6 @@ class AgentVecEnv(RunProperties, VecEnv):
         self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
         self.waiting = True
 
-    @hands_back
     def step_wait(self) -> VecEnvStepReturn:
         self._run.check_usable()
         if not self.waiting:
@@ -99,7 +101,7 @@ class AgentVecEnv(RunProperties, VecEnv):
         with naming_copies():
             batch = self._run.finish()
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
-        return rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)
+        return self._run.hand_back((rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)))
 
     def _infos(self, rows: Rows) -> list[dict[str, Any]]:
         """SB3's infos of ``rows``, as DummyVecEnv gives them for envs that are the rows: every
@@ -145,7 +147,6 @@ class AgentVecEnv(RunProperties, VecEnv):
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
         self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
 
-    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
         copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
@@ -155,9 +156,10 @@ class AgentVecEnv(RunProperties, VecEnv):
         self._last_copies = len(batch.ids)
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         infos = self._infos(rows)
-        return rows.obs, rows.rewards, rows.terminated, rows.truncated, infos, np.asarray(batch.env_ids)
+        return self._run.hand_back(
+            (rows.obs, rows.rewards, rows.terminated, rows.truncated, infos, np.asarray(batch.env_ids))
+        )
 
-    @hands_back
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> VecEnvObs:
         """SB3's ``reset()``; a ``seed`` or ``options`` given here are as ``seed()`` and ``set_options()``
         before it (SuperSuit's wrapper takes them, and fails on the seed)."""
@@ -178,7 +180,7 @@ class AgentVecEnv(RunProperties, VecEnv):
         self.reset_infos = [info for agents in rows.infos for info in agents]
         self._reset_seeds()
         self._reset_options()
-        return rows.obs
+        return self._run.hand_back(rows.obs)
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
         """Seed copy ``k`` with ``seed + k`` at the next reset (a random base seed when None),

@@ -18,7 +18,7 @@ docs/multiagent.md lists where it still departs from SuperSuit, and why.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,14 +26,19 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from vecshm.options import StartOptions, takes_options
 from vecshm.pettingzoo.copies import Rows, plan_copies, row_of
 from vecshm.pettingzoo.vector import CopyRowsVectorEnv
 from vecshm.shared.errors import ClosedError
 from vecshm.shared.protocol import CallOp
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["AgentRowsEnv", "SuperSuitVecEnv"]
 
 
+@takes_options(StartOptions)
 class SuperSuitVecEnv(CopyRowsVectorEnv):
     """SuperSuit's ``concat_vec_envs_v1(..., base_class="gymnasium")``: ``num_copies`` copies of
     ``parallel_env``, row ``k * num_agents + a`` agent ``possible_agents[a]`` of copy ``k``, in
@@ -43,8 +48,8 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
     :param num_copies: copies of the env
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
     :param copy: return copies of observations, else views the next step overwrites
-    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
-    :param options: vecshm's options, as :class:`~vecshm.ShmVectorEnv` takes them
+    :param options: vecshm's options (below), as :class:`~vecshm.ShmVectorEnv` takes them, and
+        ``start_method`` and ``daemon``; ``batch_size`` counts copies
 
     ``present`` holds, after each step or reset, whether each row's agent is in the observations
     returned: an absent agent's row (one that died, where SuperSuit raises) is zeros, with reward 0.
@@ -59,10 +64,9 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
         num_cpus: int = 0,
         *,
         copy: bool = True,
-        batch_size: int | None = None,
-        **options: Any,
+        **options: Unpack[StartOptions],
     ) -> None:
-        super().__init__(parallel_env, num_copies, num_cpus, copy, AutoresetMode.SAME_STEP, batch_size, options)
+        super().__init__(parallel_env, num_copies, num_cpus, copy, AutoresetMode.SAME_STEP, options)
         self.observation_space = self.single_observation_space
         self.action_space = self.single_action_space
         self.metadata = parallel_env.metadata  # the env's own, as SuperSuit hands it on

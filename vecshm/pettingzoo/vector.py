@@ -8,14 +8,16 @@ and copy ``k`` reset with ``seed + k``. See docs/multiagent.md.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from vecshm.parent.core.inspection import RunProperties, hands_back
+from vecshm.options import StartOptions, takes_options
+from vecshm.parent.core.inspection import RunProperties
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -31,6 +33,9 @@ from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vector.infos import batch_infos
 from vecshm.vector.rules import seed_list
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AgentVectorEnv", "CopyRowsVectorEnv"]
 
@@ -55,8 +60,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         num_cpus: int,
         copy: bool,
         autoreset_mode: str | AutoresetMode,
-        batch_size: int | None,
-        options: dict[str, Any],
+        options: Mapping[str, Any],
     ) -> None:
         self.closed = True  # until the workers are up
         self.autoreset_mode = AutoresetMode(autoreset_mode)
@@ -65,7 +69,9 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
         with naming_copies():
-            self._run = start_copies(parallel_env, plan, num_cpus, batch_size, MODES[self.autoreset_mode], options)
+            self._run = start_copies(
+                type(self).__name__, parallel_env, plan, num_cpus, MODES[self.autoreset_mode], options
+            )
         self.closed = False
         self.copy = copy
         self.num_envs = plan.num_rows
@@ -83,7 +89,6 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     # -- stepping ---------------------------------------------------------------------------------
 
-    @hands_back
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, Any]:
@@ -95,7 +100,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         with naming_copies():
             batch = self._run.finish()
         rows = read_rows(batch, self.agent_plan, self.copy, False, self.reward_dtype)
-        return rows.obs, self._infos(rows)
+        return self._run.hand_back((rows.obs, self._infos(rows)))
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         self.step_async(actions)
@@ -106,7 +111,6 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
         self._pending = "step"
 
-    @hands_back
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         self._run.check_usable()
         if self._pending != "step":
@@ -115,7 +119,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         with naming_copies():
             batch = self._run.finish()
         rows = read_rows(batch, self.agent_plan, self.copy, self._same_step, self.reward_dtype)
-        return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows)
+        return self._run.hand_back((rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows)))
 
     def _copy_seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
         """Each copy's seed: ``seed + k`` for copy ``k``, whatever the number of processes."""
@@ -142,7 +146,6 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
         self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
 
-    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any, np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminations, truncations,
         infos, copy_ids)``, the rows of those copies in ``copy_ids`` order."""
@@ -151,7 +154,9 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
             batch = self._run.recv()
         self._last_copies = len(batch.ids)
         rows = read_rows(batch, self.agent_plan, self.copy, self._same_step, self.reward_dtype)
-        return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows), np.asarray(batch.env_ids)
+        return self._run.hand_back(
+            (rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows), np.asarray(batch.env_ids))
+        )
 
     # -- calls: on the copies hosting the rows ----------------------------------------------------
 
@@ -221,6 +226,7 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         return describe(self)
 
 
+@takes_options(StartOptions)
 class AgentVectorEnv(CopyRowsVectorEnv):
     """Gymnasium's ``VectorEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a``
     is agent ``possible_agents[a]`` of copy ``k``.
@@ -231,8 +237,8 @@ class AgentVectorEnv(CopyRowsVectorEnv):
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
     :param copy: return copies of observations (lent from the segment), else views the next step overwrites
     :param autoreset_mode: ``SAME_STEP`` (default, as SuperSuit resets a copy) or ``NEXT_STEP``
-    :param batch_size: copies per ``recv()`` in the EnvPool-style async mode
-    :param options: vecshm's options, as :class:`~vecshm.ShmVectorEnv` takes them
+    :param options: vecshm's options (below), as :class:`~vecshm.ShmVectorEnv` takes them, and
+        ``start_method`` and ``daemon``; ``batch_size`` counts copies
 
     ``observation_space`` and ``action_space`` are batched, one agent's are ``single_*``, as every
     Gymnasium vector env's. Infos carry ``present`` (whether each row's agent is in the observations
@@ -247,10 +253,9 @@ class AgentVectorEnv(CopyRowsVectorEnv):
         *,
         copy: bool = True,
         autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
-        batch_size: int | None = None,
-        **options: Any,
+        **options: Unpack[StartOptions],
     ) -> None:
-        super().__init__(parallel_env, num_copies, num_cpus, copy, autoreset_mode, batch_size, options)
+        super().__init__(parallel_env, num_copies, num_cpus, copy, autoreset_mode, options)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         metadata = dict(getattr(parallel_env, "metadata", {}) or {})

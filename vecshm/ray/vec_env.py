@@ -5,13 +5,14 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
+from vecshm.options import StartOptions, resolved, takes_options
 from vecshm.parent.core.actions import batch_actions
 from vecshm.parent.processes.lifetime import describe_envs
 from vecshm.ray.actor import launch_host
@@ -27,6 +28,9 @@ from vecshm.stats import VecStats
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from vecshm.vec_env.shm import SB3_CALLS
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["RayVecEnv"]
 
 MAX_RESTARTS_PER_ACTOR = 20
@@ -34,6 +38,7 @@ IN_FLIGHT_GRACE = 1.0  # seconds for a call still running at close() to finish b
 START_TIMEOUT = 300.0  # default seconds for the actors to be placed and build their envs
 
 
+@takes_options(StartOptions)
 class RayVecEnv(VecEnv):
     """SB3's ``VecEnv`` over Ray actors: each actor hosts a ``ShmVecEnv`` over a contiguous share of ``env_fns``.
 
@@ -74,7 +79,7 @@ class RayVecEnv(VecEnv):
         on_actor_failure: str = "raise",
         actor_timeout: float | None = None,
         start_timeout: float | None = START_TIMEOUT,
-        **shm_options: Any,
+        **shm_options: Unpack[StartOptions],
     ) -> None:
         self.closed = True  # until actors exist: close() must not touch a half-built object
         self.waiting = False
@@ -93,7 +98,8 @@ class RayVecEnv(VecEnv):
         self._shares = split(len(self._fns), n_actors)
         self._starts = [start for start, _ in self._shares]
         self._per_actor = options_per_actor(actor_options, n_actors)
-        self._shm_options = shm_options
+        resolved("RayVecEnv", shm_options, StartOptions)  # (a keyword no ShmVecEnv takes fails here, not in each actor)
+        self._shm_options: dict[str, Any] = dict(shm_options)
         self._restart_actors = on_actor_failure == "restart"
         self.actor_timeout = actor_timeout
         self.start_timeout = start_timeout

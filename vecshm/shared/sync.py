@@ -274,8 +274,8 @@ def spin_for(predicate: Callable[[], bool], budget: float, polite: bool = True) 
     (``polite``) to a process that shares it. A process with a core of its own (a vec env with
     fewer worker processes than cores: each of them, and the parent while it runs no other thread)
     passes ``polite=False``: no one of its own takes the yield, and the system call cost a step of
-    8 frames envs 2.4% on 2 cores (``benchmarks/lab/step_timeline.py sb3 8``: 45.1 against 44.0
-    us). The budget still bounds the spin."""
+    8 frames envs 2.4% on 2 cores (``step_timeline.py sb3 8``, a lab script since removed: 45.1
+    against 44.0 us). The budget still bounds the spin."""
     if budget <= 0:
         return False
     deadline = time.perf_counter() + budget

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.core.inspection import RunProperties, hands_back
+from vecshm.options import VecOptions, resolved, takes_options
+from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SB3_CALLS", "ShmVecEnv"]
 
@@ -30,41 +33,18 @@ SB3_CALLS: dict[str, Callable[..., tuple[CallOp, tuple]]] = {
 }
 
 
+@takes_options(VecOptions)
 class ShmVecEnv(RunProperties, VecEnv):
     """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.
 
     :param env_fns: factories, one per env (cloudpickled, so lambdas work with every start method)
     :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as SB3 (forkserver)
-    :param envs_per_worker: envs hosted by each worker process; default spreads them over the
-        usable cores (one process per core, not per env)
     :param copy: return copies of observations (default). ``False`` returns views of the shared
         buffers, valid until the next ``step``/``reset``: faster for callers that consume them at once
-    :param step_timeout: seconds an env may take for one command before a ``StepTimeoutError``
-    :param info_bytes: per-env shared space for pickled infos; larger infos take a slower path
     :param daemon: start workers as daemon processes (as SB3 does); False lets envs have children
-    :param spin: longest busy-wait before sleeping, in seconds, for the parent and the workers (None:
-        adaptive, on x86 only: the parent up to 1 ms, or 300 us while it waits on a worker per core,
-        and workers up to 150 us; 0: never spin)
-    :param cpu_affinity: None, ``"auto"`` or a list of cores (or core lists) for the workers
-    :param pin_parent: cores to pin the calling process (the learner) to, once the workers started
-    :param limit_threads: cap native thread pools (OpenMP, MKL, OpenBLAS, OpenCV) to one per worker, and
-        the loaded PyTorch and OpenCV pools of a process pinned with ``pin_parent`` to one per core
-    :param on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild a dead worker's envs from
-        their factories; their episodes end as truncated (``TimeLimit.truncated``, ``worker_restarted``)
-    :param batch_size: envs per ``recv()`` in the EnvPool-style async mode (``send``/``recv``);
-        any number of envs up to ``num_envs``
-    :param device: None (numpy, default), ``"cpu"`` or ``"cuda[:N]"``: ``recv()`` returns observations,
-        rewards and flags as torch tensors there (``step`` and ``reset`` stay numpy, as SB3 expects;
-        docs/gpu.md)
-    :param pin_memory: page-lock the shared segment and register it with CUDA, so that copies of
-        observations to a GPU (SB3's ``obs_as_tensor``, ``.to("cuda")``) run by DMA; default: with a
-        CUDA ``device``
-    :param lend_min_bytes: batches of observations at least this large (64 KiB) are lent from the
-        segment, smaller ones copied, which costs less; 0 lends every batch
-    :param balance_rules: when the parent keeps a core of its own during async batches
-        (:class:`~vecshm.parent.options.BalanceRules`; docs/affinity.md)
-    :param stats: count where the time goes, for :attr:`stats` (docs/usage.md, "Where the time goes");
-        off by default: it costs a cheap env's steps a few percent
+
+    ``device`` (vecshm's options, below) returns the results of ``recv()`` as torch tensors there;
+    ``step`` and ``reset`` stay numpy, as SB3 expects (docs/gpu.md).
 
     >>> import gymnasium as gym
     >>> from vecshm import ShmVecEnv
@@ -79,47 +59,21 @@ class ShmVecEnv(RunProperties, VecEnv):
         env_fns: list[Callable[[], gym.Env]],
         start_method: str | None = None,
         *,
-        envs_per_worker: int | None = None,
         copy: bool = True,
-        step_timeout: float | None = None,
-        info_bytes: int = DEFAULT_INFO_BYTES,
         daemon: bool = True,
-        spin: float | None = None,
-        cpu_affinity: Any = None,
-        pin_parent: list[int] | None = None,
-        limit_threads: bool = True,
-        batch_size: int | None = None,
-        on_worker_failure: str = "raise",
-        device: Any = None,
-        pin_memory: bool | None = None,
-        lend_min_bytes: int = LEND_MIN_BYTES,
-        balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
-        stats: bool = False,
+        **options: Unpack[VecOptions],
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() must not touch a half-built object
         fns = list(env_fns)
         self._run = VecRun(
             fns,
-            batch_size,
+            resolved("ShmVecEnv", options),
             autoreset=AutoReset.SAME_STEP,
             reward_codes=True,  # rewards in np.stack's dtype, as SubprocVecEnv returns them
             start_method=start_method,
-            envs_per_worker=envs_per_worker,
-            info_bytes=info_bytes,
-            timeout=step_timeout,
             daemon=daemon,
-            spin=spin,
-            cpu_affinity=cpu_affinity,
-            pin_parent=pin_parent,
-            limit_threads=limit_threads,
-            on_worker_failure=on_worker_failure,
             batch_dynamic=stack_dynamic,
-            device=device,
-            pin_memory=pin_memory,
-            lend_min_bytes=lend_min_bytes,
-            balance_rules=balance_rules,
-            stats=stats,
         )
         self.closed = False
         self.copy = copy
@@ -137,7 +91,6 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._run.start_step(actions, self.copy)
         self.waiting = True
 
-    @hands_back
     def step_wait(self) -> VecEnvStepReturn:
         self._run.check_usable()
         if not self.waiting:
@@ -147,7 +100,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         usual = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
         batch = self._run.finish()
         obs, rewards, dones, _, _, infos = self._results(batch, device=False, usual=usual)
-        return obs, rewards, dones, infos
+        return self._run.hand_back((obs, rewards, dones, infos))
 
     def _results(self, batch: Batch, device: bool, usual: list | None = None) -> tuple[Any, Any, Any, Any, Any, list]:
         """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
@@ -205,7 +158,6 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._run.check_usable()
         self._run.send(actions, env_ids)
 
-    @hands_back
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminated, truncated, infos, env_ids)``.
 
@@ -215,9 +167,8 @@ class ShmVecEnv(RunProperties, VecEnv):
         self._run.check_usable()
         batch = self._run.recv()
         obs, rewards, _, terminated, truncated, infos = self._results(batch, device=True)
-        return obs, rewards, terminated, truncated, infos, batch.env_ids
+        return self._run.hand_back((obs, rewards, terminated, truncated, infos, batch.env_ids))
 
-    @hands_back
     def reset(self) -> VecEnvObs:
         self._run.check_usable()
         if self.waiting:  # SB3: a pending step is cancelled by reset; finish it and drop its results
@@ -229,7 +180,7 @@ class ShmVecEnv(RunProperties, VecEnv):
         self.reset_infos = batch.infos()
         self._reset_seeds()
         self._reset_options()
-        return batch.observations(self.copy)
+        return self._run.hand_back(batch.observations(self.copy))
 
     def _reset_requests(self) -> list[dict[str, Any]]:
         """Each env's ``reset`` keywords, as SubprocVecEnv passes them (``options`` only when non-empty)."""

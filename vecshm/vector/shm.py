@@ -5,23 +5,18 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 
-from vecshm.parent.core.inspection import RunProperties, hands_back
+from vecshm.options import VecOptions, resolved, takes_options
+from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import (
-    DEFAULT_BALANCE_RULES,
-    DEFAULT_INFO_BYTES,
-    LEND_MIN_BYTES,
-    BalanceRules,
-    tuple_of_values,
-)
+from vecshm.parent.options import tuple_of_values
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.shared.errors import ClosedError, WorkerError
 from vecshm.shared.protocol import AutoReset, CallOp
@@ -41,9 +36,13 @@ from vecshm.vector.rules import (
     vector_spaces,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["ShmVectorEnv"]
 
 
+@takes_options(VecOptions)
 class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     """Gymnasium's vector API on shared memory; accepts ``AsyncVectorEnv``'s constructor keywords.
 
@@ -57,14 +56,12 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     With a custom ``worker`` (Gymnasium's pipe protocol) the envs run on ``AsyncVectorEnv`` itself:
     see :mod:`vecshm.vector.on_pipes`.
 
-    ``device`` (None: numpy, ``"cpu"``, ``"cuda[:N]"``) returns observations, rewards and flags of
-    ``step``, ``reset`` and ``recv`` as torch tensors there; ``pin_memory`` page-locks the shared
-    segment for copies to a GPU (default: with a CUDA ``device``). See docs/gpu.md.
-    ``lend_min_bytes``: batches of observations at least this large (64 KiB) are lent from the segment,
-    smaller ones copied, which costs less; 0 lends every batch. ``balance_rules``: when the parent
-    keeps a core of its own during async batches (:class:`~vecshm.parent.options.BalanceRules`).
-    ``stats=True`` counts where the time goes, for :attr:`stats` (docs/usage.md, "Where the time
-    goes"; off by default: it costs a cheap env's steps a few percent).
+    The arguments before ``*`` are ``AsyncVectorEnv``'s, with its meanings (``shared_memory`` is
+    always true here; ``max_concurrency`` caps the worker processes); ``reset_ahead=True`` resets an
+    env whose episode ended while the caller computes, so that the next step does not wait for it
+    (``autoreset_mode`` NEXT_STEP only; docs/gymnasium.md, "Resetting ahead"). ``device`` (vecshm's
+    options, below) returns observations, rewards and flags of ``step``, ``reset`` and ``recv`` as
+    torch tensors there (docs/gpu.md).
     """
 
     # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that
@@ -90,21 +87,8 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         max_concurrency: int | None = None,
         *,
-        envs_per_worker: int | None = None,
-        step_timeout: float | None = None,
-        info_bytes: int = DEFAULT_INFO_BYTES,
-        spin: float | None = None,
-        cpu_affinity: Any = None,
-        pin_parent: list[int] | None = None,
-        limit_threads: bool = True,
-        batch_size: int | None = None,
         reset_ahead: bool = False,
-        on_worker_failure: str = "raise",
-        device: Any = None,
-        pin_memory: bool | None = None,
-        lend_min_bytes: int = LEND_MIN_BYTES,
-        balance_rules: BalanceRules = DEFAULT_BALANCE_RULES,
-        stats: bool = False,
+        **options: Unpack[VecOptions],
     ) -> None:
         self.closed = True  # until the workers are up
         self.env_fns = env_fns
@@ -120,31 +104,19 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             raise ValueError(f"reset_ahead=True needs autoreset_mode NEXT_STEP, got {self.autoreset_mode}")
         self.max_concurrency = max_concurrency
         fns = list(env_fns)
+        given = resolved("ShmVectorEnv", options)
         self._run = run = VecRun(
             fns,
-            batch_size,
+            given,
             autoreset=AutoReset.NEXT_STEP_AHEAD if reset_ahead else AUTORESET[self.autoreset_mode],
             start_method=context if context is not None else gymnasium_start_method(sys._getframe(), fns),
-            envs_per_worker=envs_per_worker,
-            info_bytes=info_bytes,
-            timeout=step_timeout,
             daemon=daemon,
-            spin=spin,
-            cpu_affinity=cpu_affinity,
-            pin_parent=pin_parent,
-            limit_threads=limit_threads,
             check_spaces=functools.partial(check_spaces, observation_mode),
             batch_dynamic=tuple_of_values,
             max_workers=max_concurrency,
-            on_worker_failure=on_worker_failure,
-            device=device,
-            pin_memory=pin_memory,
-            lend_min_bytes=lend_min_bytes,
-            balance_rules=balance_rules,
-            stats=stats,
         )
         self.closed = False
-        self.device = device
+        self.device = given["device"]
         self._state = CallState.DEFAULT
         self.num_envs = run.num_envs
         self._all = list(range(self.num_envs))
@@ -165,13 +137,12 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
 
     # -- reset ------------------------------------------------------------------------------------
 
-    @hands_back
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         try:
             self.reset_async(seed=seed, options=options)
-            return self.reset_wait()
+            return self._run.hand_back(self.reset_wait())
         except KeyboardInterrupt:
             self._nothing_pending()
             raise
@@ -216,9 +187,10 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         self._run.start_step(actions, self.copy or self._run.outputs.lends)
         self._state = CallState.WAITING_STEP
 
-    @hands_back
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        return self._results(self._wait_pending(CallState.WAITING_STEP, "step_wait", "step_async", timeout))
+        return self._run.hand_back(
+            self._results(self._wait_pending(CallState.WAITING_STEP, "step_wait", "step_async", timeout))
+        )
 
     def _wait_pending(self, state: CallState, call: str, opener: str, timeout: float | None) -> Batch:
         """The results of the pending ``state`` call (``call``, opened by ``opener``); whatever
@@ -255,7 +227,6 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             expect_idle(self._state, "send", self._run.in_flight)
         self._run.send(actions, env_ids)
 
-    @hands_back
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any], np.ndarray]:
         """The first ``batch_size`` envs to finish: ``(obs, rewards, terminations, truncations, infos, env_ids)``.
 
@@ -266,7 +237,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
             batch = self._run.recv(timeout)
         except WorkerError as error:
             raise_as_async_vector_env(error)
-        return (*self._results(batch), batch.env_ids)  # type: ignore[return-value]  # recv's batches name their envs
+        return self._run.hand_back((*self._results(batch), batch.env_ids))  # type: ignore[return-value]  # recv's batches name their envs
 
     # -- calls ------------------------------------------------------------------------------------
 

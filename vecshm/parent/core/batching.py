@@ -64,7 +64,7 @@ class AsyncBatches:
     def __init__(self, engine: Engine, batch_size: int | None) -> None:
         n, plan = engine.num_envs, engine.plan
         self.engine, self.plan, self.words = engine, plan, engine.words
-        self.waiter, self.policy = engine.waiter, engine.policy  # (collect: wait, then read the sockets)
+        self.commands = engine.commands  # (every command's trip: start, wait, collect)
         self.sizes = slice_sizes(plan.worker_slices)
         self.in_flight = np.zeros(plan.num_workers, dtype=bool)  # workers running a command
         self.with_caller = np.ones(n, dtype=bool)  # envs whose results the caller holds: these may be sent
@@ -99,7 +99,7 @@ class AsyncBatches:
     def reset(self, requests: list[dict[str, Any] | None]) -> None:
         """Reset every env; the results come back through ``recv`` like step results."""
         self.drain()
-        ticket = self.engine.send_resets(requests, self.slot, self.plan.all_workers)
+        ticket = self.commands.reset(requests, self.slot, self.plan.all_workers)
         self.sent_at[:] = ticket.sent_at
         self.in_flight[:] = self.active = True
         self.with_caller[:] = False
@@ -126,7 +126,7 @@ class AsyncBatches:
         if dynamic is not None:
             self.staged_dynamic.update(dynamic)
         if len(workers):
-            ticket = self.engine.start_step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
+            ticket = self.commands.step(workers, self.slot, self.staged_dynamic if dynamic is not None else None)
             if self.engine.timeout is not None:
                 self.sent_at[workers] = ticket.sent_at
             self.in_flight[workers] = self.active = True
@@ -149,12 +149,7 @@ class AsyncBatches:
             balance.tick()
         if ring is not None:
             if left == 0 and need % ring.unit_rows == 0:  # whole units (of whole workers): nothing left over
-                units = ring.next_units(need // ring.unit_rows)
-                written = self.words.units_written(ring, units)
-                done, extras = self.waiter.collect(self._ticket(pending), written, timeout, self.policy)
-                if ring.keep_latest:
-                    ring.collected(units, done)
-                self.in_flight[done] = False
+                done, extras = self._collect_units(ring, ring.next_units(need // ring.unit_rows), pending, timeout)
                 self.active = np.count_nonzero(self.in_flight) > 0  # (nothing was left in ``finished``)
                 env_ids = self.plan.env_table[done].reshape(-1)  # (with a ring, every worker hosts as many)
                 self.with_caller[env_ids] = True
@@ -166,7 +161,7 @@ class AsyncBatches:
             pending = self.in_flight.nonzero()[0]
             pending = pending[np.argsort(self.started[pending], kind="stable")]  # the longest out come first
             fewest = -(-(need - len(finished.env_ids)) // int(self.sizes[pending].max()))  # workers that may do
-            done, extras = self.waiter.collect(self._ticket(pending), self.words.finished(fewest), timeout, self.policy)
+            done, extras = self.commands.collect(self._ticket(pending), timeout, self.words.finished(fewest))
             done = np.sort(done)
             self.in_flight[done] = False
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
@@ -184,23 +179,29 @@ class AsyncBatches:
         left = len(finished.env_ids)
         if need > left:
             units = ring.next_units(ring.units_for(need))
-            units = units[1:] if left else units
-            written = self.words.units_written(ring, units)
-            done, extras = self.waiter.collect(self._ticket(pending), written, timeout, self.policy)
-            if ring.keep_latest:
-                ring.collected(units, done)
-            self.in_flight[done] = False
+            done, extras = self._collect_units(ring, units[1:] if left else units, pending, timeout)
             finished = self.finished = finished.added(self.plan.env_ids_of(done), extras)
         env_ids, extras, self.finished = finished.taken(need)
         self.active = np.count_nonzero(self.in_flight) > 0 or len(self.finished.env_ids) > 0
         self.with_caller[env_ids] = True
         return Batch(self.engine.reader, env_ids, extras, ring.take(need))
 
+    def _collect_units(
+        self, ring: UnitRing, units: np.ndarray, pending: np.ndarray, timeout: float | None
+    ) -> tuple[np.ndarray, Extras]:
+        """Collect the workers in flight (``pending``) that write the ring's ``units``, in unit
+        order, and their extras; they are no longer in flight."""
+        done, extras = self.commands.collect(self._ticket(pending), timeout, self.words.units_written(ring, units))
+        if ring.keep_latest:
+            ring.collected(units, done)
+        self.in_flight[done] = False
+        return done, extras
+
     def drain(self) -> None:
         """Finish and drop whatever is in flight, and any actions waiting (before a synchronous call)."""
         pending = self.in_flight.nonzero()[0]
         if len(pending):
-            self.waiter.collect(self._ticket(pending), self.words.finished(), None, self.policy)
+            self.commands.collect(self._ticket(pending))
             self.in_flight[:] = False
             if self.ring is not None:
                 self.ring.discard(len(pending))

@@ -1,7 +1,8 @@
 """Rare calls on some envs (``get_attr``, ``env_method``, ``render``, ...): pickled over the sockets.
 
-They never touch the step path: the engine writes a ``CALL`` command for the workers hosting the
-envs, the arguments follow on each worker's socket, and each worker answers on it.
+They never touch the step path: the command's trip (:class:`~vecshm.parent.core.commands.Commands`)
+starts a ``CALL`` command for the workers hosting the envs with the arguments on each worker's
+socket, and each worker answers on it, which this module reads.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from vecshm.parent.core.engine import Engine
 from vecshm.shared.errors import VecShmError, remote_errors
 from vecshm.shared.pickling import Pickled
-from vecshm.shared.protocol import CallOp, Command, Message, Phase
+from vecshm.shared.protocol import CallOp, Message, Phase
 
 __all__ = ["call", "call_pickled"]
 
@@ -44,9 +45,7 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
     if len(workers) == 0:
         return []
     during = Phase.of_call(op)
-    engine.words.submit(Command.CALL, workers, 0, during)
-    for w in workers.tolist():
-        engine.send(w, (op, by_worker[w], args), during)
+    engine.commands.call(workers, {w: (op, by_worker[w], args) for w in by_worker}, during)
     deadline = None if engine.timeout is None else time.monotonic() + engine.timeout
     results: dict[int, bytes] = {}
     records = []

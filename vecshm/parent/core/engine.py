@@ -1,12 +1,11 @@
 """The API-neutral engine: starts the workers, and sends them commands.
 
 The SB3 and Gymnasium facades are thin layers over this: they decide how results are shaped,
-the engine decides how they travel. A step is: check and copy actions into shared memory, write
-each worker's command word, ring its doorbell (:mod:`vecshm.parent.control`, which returns the
-command's :class:`~vecshm.parent.control.Ticket`); the run object then waits for the ticket on one
-shared doorbell after a short, bounded spin (:meth:`vecshm.parent.core.waiting.Waiter.collect`).
-Where envs go is the :class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's death does is the
-failure policy's (:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
+the engine decides how they travel. The engine starts the worker processes, maps the shared
+segment and builds the parts every command uses; one of them, :class:`~vecshm.parent.core.commands.Commands`
+(``engine.commands``), carries each command from the bells to its results. Where envs go is the
+:class:`~vecshm.parent.plan.VecEnvPlan`; what a worker's death does is the failure policy's
+(:mod:`vecshm.parent.core.restart`); rare calls are :mod:`vecshm.parent.core.calls`.
 """
 
 from __future__ import annotations
@@ -16,11 +15,10 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from vecshm.parent.control import ControlWords, Ticket
+from vecshm.parent.control import ControlWords
 from vecshm.parent.core.actions import ActionWriter
 from vecshm.parent.core.balance import CoreBalance
+from vecshm.parent.core.commands import Commands
 from vecshm.parent.core.health import Health
 from vecshm.parent.core.restart import EngineParts, failure_policy
 from vecshm.parent.core.waiting import Waiter
@@ -32,8 +30,6 @@ from vecshm.parent.processes.pool import ProcessPool
 from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up
 from vecshm.shared.affinity import check_cores, pin_calling_process, plan_worker_cores, usable_cores
 from vecshm.shared.buffers import Buffers
-from vecshm.shared.errors import WorkerDiedError
-from vecshm.shared.protocol import Command, Phase
 from vecshm.shared.registry import snapshot_registry
 from vecshm.shared.transport import choose_transport
 
@@ -53,7 +49,7 @@ class Engine:
         context = options.context()
         self.num_envs = len(fns)
         self.start_method = context.get_start_method()
-        self.timeout = options.timeout
+        self.timeout = options.step_timeout
         cores = usable_cores()
         self.plan = plan = VecEnvPlan.build(
             self.num_envs, options.envs_per_worker, len(cores), options.max_workers, options.async_batch,
@@ -120,8 +116,10 @@ class Engine:
             self.health,
             options.balance_rules.pause_seconds,
         )
-        parts = EngineParts(plan, self.pool, self.words, self.waiter, self.reader, self.ring, self.send_resets)
+        parts = EngineParts(plan, self.pool, self.words, self.waiter, self.reader, self.ring)
         self.policy = failure_policy(options, parts)
+        # every command's trip, from the bells to the results (the only sender of commands)
+        self.commands = Commands(plan, self.pool, self.words, self.waiter, self.policy, self.health, self.timeout)
 
     def check_usable(self) -> None:
         """Raise ``ClosedError`` after :meth:`close`, ``FailedError`` after a failure."""
@@ -137,42 +135,3 @@ class Engine:
             if getattr(self, part, None) is not None:
                 getattr(self, part).close()
         self._finalizer()
-
-    def start_step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
-        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
-        Workers rebuilt while idle are sent their envs' resets instead (see :mod:`vecshm.parent.core.restart`)."""
-        if self.policy.rebuilt and not self.policy.rebuilt.isdisjoint(workers.tolist()):
-            return self.policy.start_rebuilt(workers, slot, dynamic, self.start_step)
-        ticket = self.words.submit(Command.STEP, workers, slot, Phase.STEP)
-        if dynamic is not None:
-            for w in workers.tolist():
-                self.send(w, {i: dynamic.pop(i) for i in range(*self.plan.worker_slices[w])}, Phase.STEP)
-        return ticket
-
-    def send_resets(
-        self, requests: list[dict[str, Any] | None], slot: int, workers: np.ndarray | None = None
-    ) -> Ticket:
-        """Start a reset of ``workers`` (None: every worker, a whole batch, which gives the workers
-        every core again); ``requests[i]``: env ``i``'s ``reset`` keywords (as the facade's peer
-        passes them), or None to keep its observation (rewritten into ``slot``: a batch is whole)."""
-        if workers is None:
-            workers = self.plan.all_workers
-            if self.balance.active:
-                self.balance.release()
-        requests = self.policy.reset_rebuilt(workers, requests) if self.policy.rebuilt else requests
-        ticket = self.words.submit(Command.RESET, workers, slot, Phase.RESET)
-        for w in workers.tolist():
-            self.send(w, requests[slice(*self.plan.worker_slices[w])], Phase.RESET)
-        return ticket
-
-    def send(self, w: int, message: Any, during: Phase) -> None:
-        """Send worker ``w`` what its command needs. A worker that died while idle has closed its
-        end: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
-        failure policy will replace it at the next wait, which gives its envs a reset of their own."""
-        try:
-            self.pool.send(w, message, during)
-        except WorkerDiedError as error:
-            if self.policy.forgives(error, during):
-                return
-            self.fail(error)
-            raise

@@ -4,9 +4,7 @@ served by the facade's :class:`~vecshm.parent.core.run.VecRun`.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from vecshm.parent.core.run import Runtime, VecRun
 from vecshm.parent.plan import VecEnvPlan
@@ -17,23 +15,7 @@ if TYPE_CHECKING:
     from vecshm.parent.core.balance import CoreBalance
     from vecshm.parent.core.waiting import WaitObserver
 
-__all__ = ["RunProperties", "hands_back"]
-
-Method = TypeVar("Method", bound=Callable[..., Any])
-
-
-def hands_back(method: Method) -> Method:
-    """A facade's method that returns results to its caller (``step_wait``, ``reset``, ``recv``):
-    when it returns, the caller's time starts (:mod:`vecshm.stats`: the vec env's own work ends
-    once the results are shaped, not when the workers' results were collected)."""
-
-    @functools.wraps(method)
-    def returning(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
-        self._run.handed_back()
-        return result
-
-    return returning  # type: ignore[return-value]
+__all__ = ["RunProperties"]
 
 
 class RunProperties:

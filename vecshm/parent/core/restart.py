@@ -5,17 +5,18 @@
 :class:`RestartWorkers` (``on_worker_failure="restart"``) starts a new process from the same
 factories, maps it to the segment, and resets its envs; their lost episodes end as truncated
 once that reset is collected, with the last observation the parent saw (docs/reliability.md).
-Both are a :class:`FailurePolicy`: the engine asks it at four points (a death seen in a wait, a
-worker found dead when sent a message, a step or reset of workers rebuilt while idle, and results
-collected), and has no other branches for restarts. The restart policy acts on the workers through
-the engine's own command calls (``send_resets`` and ``start_step``), which it is given.
+Both are a :class:`FailurePolicy`: a command's trip (:mod:`vecshm.parent.core.commands`) asks it at
+named points (a death seen in a wait, a worker found dead when sent a message, a step or reset of
+workers rebuilt while idle, results collected), and has no other branches for restarts. The policy
+sends no command itself: it answers with the resets to send (:class:`Redo` values), and the trip
+sends them.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -37,6 +38,7 @@ from vecshm.shared.units import CLAIM
 __all__ = [
     "EngineParts",
     "FailurePolicy",
+    "Redo",
     "RaiseOnFailure",
     "RestartWorkers",
     "failure_policy",
@@ -47,12 +49,18 @@ __all__ = [
 MAX_RESTARTS_PER_PROCESS = 20
 REDONE = None  # in ``restarting``: the env's reset was redone (a :class:`RebuiltReset`), no episode lost
 
-StartStep = Callable[[np.ndarray, int, "dict[int, list[Any]] | None"], Ticket]  # Engine.start_step
-SendResets = Callable[[list[Any], int, "np.ndarray | None"], Ticket]  # Engine.send_resets
+
+class Redo(NamedTuple):
+    """A rebuilt worker's envs' resets, for the command's trip to send: ``requests``, one per env
+    of ``worker``, into ``slot`` (where the lost command was writing, or the step's)."""
+
+    worker: int
+    requests: list[Any]
+    slot: int
 
 
 class EngineParts(NamedTuple):
-    """What the restart policy works with: the engine's parts, and its call that resets workers."""
+    """What the restart policy works with: the engine's parts (it reads them; it sends nothing)."""
 
     plan: VecEnvPlan
     pool: ProcessPool
@@ -60,7 +68,6 @@ class EngineParts(NamedTuple):
     waiter: Waiter
     reader: ResultReader
     ring: UnitRing | None
-    send_resets: SendResets
 
 
 class FailurePolicy(Protocol):
@@ -81,18 +88,18 @@ class FailurePolicy(Protocol):
         """Whether :meth:`seen` wants every collected result."""
         ...
 
-    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
-        """Process ``p`` died during ``ticket``'s command: raise, or return the ticket to wait on."""
+    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> list[Redo]:
+        """Process ``p`` died during ``ticket``'s command: raise, or rebuild it and name the resets
+        its workers whose command was unfinished get."""
         ...
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         """Whether a worker found dead when sent a message is left for the next wait to replace."""
         ...
 
-    def start_rebuilt(
-        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
-    ) -> Ticket:
-        """The step of ``workers``, some of them ``rebuilt``."""
+    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
+        """A step of ``workers`` into ``slot``, some of them ``rebuilt``: the resets those get
+        instead (no longer ``rebuilt``; their dynamic action leaves dropped from ``dynamic``)."""
         ...
 
     def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
@@ -118,16 +125,14 @@ class RaiseOnFailure:
     def __init__(self, pool: ProcessPool) -> None:
         self.pool = pool
 
-    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
+    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> list[Redo]:
         self.pool.raise_died(p, ticket.phase)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         return False
 
-    def start_rebuilt(
-        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
-    ) -> Ticket:
+    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
         raise AssertionError("no worker is ever rebuilt under this policy")  # pragma: no cover
 
     def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
@@ -145,9 +150,9 @@ class RestartWorkers:
 
     A process hosts one worker, or (async batches that take commands env by env) several. Of a dead
     process's workers, those whose command was in flight and unfinished get their envs' resets at
-    once (``send_resets`` is :meth:`vecshm.parent.core.engine.Engine.send_resets`), into the slot or ring
-    unit their command was writing. The others were idle, or had published their results: they are
-    ``rebuilt``, and their next step (:meth:`start_rebuilt`) is that reset instead, once the caller
+    once (:meth:`on_death` names them, the command's trip sends them), into the slot or ring unit
+    their command was writing. The others were idle, or had published their results: they are
+    ``rebuilt``, and their next step is that reset instead (:meth:`take_rebuilt`), once the caller
     has seen those results. ``restarting`` maps each env whose reset was sent but not collected to
     the last observation the caller saw (``reader`` reads it, from a slot or the ring's unit
     ``ring.latest`` keeps). How a lost episode ends depends on ``autoreset`` (docs/reliability.md):
@@ -161,7 +166,7 @@ class RestartWorkers:
 
     def __init__(self, parts: EngineParts, autoreset: AutoReset) -> None:
         self.plan, self.pool, self.words, self.waiter = parts.plan, parts.pool, parts.words, parts.waiter
-        self.reader, self.ring, self.send_resets = parts.reader, parts.ring, parts.send_resets
+        self.reader, self.ring = parts.reader, parts.ring
         reader, pool = parts.reader, parts.pool
         assert pool.buffers is not None, "the pool maps the segment before a policy is made"
         self.buffers = pool.buffers
@@ -182,8 +187,9 @@ class RestartWorkers:
         assert self.ring is not None
         return self.ring
 
-    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
-        """Replace dead process ``p``; ``ticket`` now expecting its unfinished workers' resets."""
+    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> list[Redo]:
+        """Replace dead process ``p``; the resets its workers whose command was unfinished get,
+        into the slot (or ring) that command was writing."""
         during = ticket.phase
         if not during.runs_envs:
             self.pool.raise_died(p, during)
@@ -196,7 +202,7 @@ class RestartWorkers:
             f"{describe_process(p, self.plan.process_envs(p))} {describe_exit(process.exitcode)} during {during}; "
             f"restarting it from its env factories (restart {self.counts[p]}); its envs' episodes end as truncated",
             RuntimeWarning,
-            stacklevel=6,
+            stacklevel=7,  # (the facade's call: through the trip's hook, the wait, the collect, the run)
         )
         lanes = range(*self.plan.lanes[p])
         expected = dict(zip(ticket.workers.tolist(), ticket.expected.tolist()))
@@ -209,29 +215,19 @@ class RestartWorkers:
         requests = {w: self._requests(w, *self.words.last_command(w)) for w in unfinished}
         self.pool.restart(p, deadline)
         self.waiter.watch_process(p)
-        for w in unfinished:
-            self._reset(w, requests[w], self.words.slot(w))  # into the slot (or ring) in flight
-            ticket = self.words.renewed(ticket, w)
-        return ticket
+        return [Redo(w, requests[w], self.words.slot(w)) for w in unfinished]
 
-    def start_rebuilt(
-        self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None, start_step: StartStep
-    ) -> Ticket:
-        """The step of ``workers`` into ``slot``, where the ``rebuilt`` among them are sent their
-        envs' resets instead (their actions are dropped) and the others the step (``start_step``,
-        :meth:`vecshm.parent.core.engine.Engine.start_step`); one ticket for all."""
-        ids = workers.tolist()
-        mine = self.rebuilt.intersection(ids)
-        for w in mine:
+    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
+        """A step of ``workers`` into ``slot``: the ``rebuilt`` among them get their envs' resets
+        instead, into that slot (their actions are dropped), and are no longer ``rebuilt``."""
+        redone = []
+        for w in sorted(self.rebuilt.intersection(workers.tolist())):
             self.rebuilt.discard(w)
             if dynamic is not None:
                 for i in self.plan.worker_envs(w):
                     dynamic.pop(i, None)
-            self._reset(w, self._requests(w, self.words.slot(w), False), slot)
-        others = np.array([w for w in ids if w not in mine], dtype=np.int64)
-        if len(others):
-            start_step(others, slot, dynamic)
-        return self.words.ticket(workers, slot, Phase.STEP, time.monotonic())
+            redone.append(Redo(w, self._requests(w, self.words.slot(w), False), slot))
+        return redone
 
     def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
         """``requests`` of a reset of ``workers``, where those ``rebuilt`` reset every env (their
@@ -243,11 +239,6 @@ class RestartWorkers:
                 requests[i] = RebuiltReset(requests[i] or {})
                 self.restarting[i] = REDONE
         return requests
-
-    def _reset(self, w: int, requests: list[Any], slot: int) -> None:
-        every_env: list[Any] = [None] * self.plan.num_envs
-        every_env[slice(*self.plan.worker_slices[w])] = requests
-        self.send_resets(every_env, slot, np.array([w]))
 
     def _requests(self, w: int, last_slot: int, redo_reset: bool) -> list[Any]:
         """Worker ``w``'s rebuilt envs' reset requests, whose last results (those the caller saw)

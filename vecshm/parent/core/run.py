@@ -10,16 +10,25 @@ Python layer writes send/recv/step/reset once for every API flavour:
 - EnvPool-style batches: :meth:`VecRun.async_reset`, :meth:`VecRun.send`, :meth:`VecRun.recv`;
 - calls on some envs (:meth:`VecRun.call`), and what a caller may inspect.
 
+Both kinds of batch travel the same trip (:class:`~vecshm.parent.core.commands.Commands`: start,
+wait, collect); a run only chooses which workers run and where their observations land. A whole
+batch is not ``send`` + ``recv`` of every env, for two reasons: it knows that every worker runs and
+every worker finishes, so it needs none of the async batches' per-env bookkeeping (which envs the
+caller holds, actions staged for a worker's other envs, the ring's units, checked env ids) and its
+command words are written as whole arrays; and its observations go to a slot that stays lent
+until the caller lets go of the arrays, where async batches lend ring units in the order workers
+finish. Async batches of every env (``batch_size=num_envs``) are the ``send`` + ``recv`` shape.
+
 It owns the engine, its async batches, the outputs (numpy arrays, or torch tensors for a
 ``device``) and the CUDA registration of the segment (``pin_memory``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +54,8 @@ from vecshm.stats import VecStats
 
 __all__ = ["Runtime", "VecRun"]
 
+Results = TypeVar("Results")
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -63,20 +74,18 @@ class Runtime:
 class VecRun:
     """The workers of one vec env, and the commands, batches and calls a facade sends them."""
 
-    def __init__(
-        self,
-        env_fns: Sequence[Callable[[], Any]],
-        batch_size: int | None,
-        device: Any = None,
-        pin_memory: bool | None = None,
-        **options: Any,
-    ) -> None:
-        """Start the workers (``options`` are :class:`~vecshm.parent.options.EngineOptions`), the async
-        batches of ``batch_size`` envs, and the outputs for ``device`` (the segment registered with
-        CUDA for ``pin_memory``); nothing is left running if any fails."""
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], options: Mapping[str, Any], **rules: Any) -> None:
+        """Start the workers, the async batches and the outputs; nothing is left running if any fails.
+
+        ``options``: vecshm's options as the facade's caller gave them, checked and completed
+        (:func:`vecshm.options.resolved`); ``rules``: what the facade itself asks of the engine,
+        its peer's rules (``autoreset``, ``check_spaces``, ``start_method``, ...; the fields of
+        :class:`~vecshm.parent.options.EngineOptions`)."""
+        options = dict(options)
+        batch_size, device, pin_memory = options.pop("batch_size"), options.pop("device"), options.pop("pin_memory")
         # the plan sizes its commands for the batches (see vecshm.parent.plan); AsyncBatches checks the size
         batch = int(batch_size) if isinstance(batch_size, (int, np.integer)) else None
-        engine_options = EngineOptions(async_batch=batch, **options)
+        engine_options = EngineOptions(async_batch=batch, **options, **rules)
         start_method = engine_options.start_method or default_start_method()
         target, pin = output_device(device, pin_memory, start_method, engine_options.restarts)
         self._engine = engine = Engine(env_fns, engine_options)
@@ -132,7 +141,7 @@ class VecRun:
         if engine.balance.active:  # every worker runs at once: every core for them
             engine.balance.release()
         free = engine.slots.free  # (ObservationSlots.acquire inline, on the step path)
-        self._pending = engine.start_step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
+        self._pending = engine.commands.step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
         stats = self._stats
         if engine.hand_over_core:
             if stats is None:
@@ -151,8 +160,11 @@ class VecRun:
             self._stats.entered()
         if self._batches.has_staged:
             self._batches.forget_staged()
-        slot = self._engine.slots.acquire() if lend else 0
-        self._pending = self._engine.send_resets(list(requests), slot)
+        engine = self._engine
+        if engine.balance.active:  # every worker runs at once: every core for them
+            engine.balance.release()
+        slot = engine.slots.acquire() if lend else 0
+        self._pending = engine.commands.reset(list(requests), slot, engine.plan.all_workers)
         if self._stats is not None:
             self._stats.handed_back()
 
@@ -172,7 +184,7 @@ class VecRun:
         engine, slot = self._engine, ticket.slot
         lent = engine.slots.lend(slot) if slot > 0 else None  # made while the workers run, not after
         try:
-            collected = engine.waiter.collect(ticket, engine.words.finished(), timeout, engine.policy)
+            collected = engine.commands.collect(ticket, timeout)
         except BaseException:
             lent = None  # (the slot goes back with its arrays: nobody will read it)
             raise
@@ -295,10 +307,14 @@ class VecRun:
             )
         return self._stats
 
-    def handed_back(self) -> None:
-        """A facade returned a call's results to its caller: the caller's time starts (vecshm.stats)."""
+    def hand_back(self, results: Results) -> Results:
+        """The last point of a command's trip: a facade hands ``results``, shaped as its peer
+        shapes them, to its caller (``step_wait``, ``reset``, ``recv``). The caller's time starts
+        here (:mod:`vecshm.stats`: the vec env's own work ends once the results are shaped, not
+        when the workers' results were collected)."""
         if self._stats is not None:
             self._stats.handed_back()
+        return results
 
     @property
     def pin_memory(self) -> bool:

@@ -3,10 +3,8 @@
 A command returns a :class:`~vecshm.parent.control.Ticket` (:mod:`vecshm.parent.control`), which the
 run object holds while the call is pending and hands back to :meth:`Waiter.wait`. A wait ends when
 ``ready`` names finished workers; a worker process that died meanwhile is handed to the failure
-policy (:mod:`vecshm.parent.core.restart`) as a value, and the policy either raises or returns the
-ticket to keep waiting on. :meth:`Waiter.collect` is the whole of it for a caller: wait, tell the
-policy what was collected, and read what the workers left on their sockets (an env's error raises,
-and an error the vec env cannot recover from fails it first).
+policy's hook (``on_death``, given by :class:`~vecshm.parent.core.commands.Commands`, which owns
+the command's trip) as a value, which either raises or returns the ticket to keep waiting on.
 """
 
 from __future__ import annotations
@@ -14,26 +12,21 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import numpy as np
 
 from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.core.health import Health
-from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras, new_collected
 from vecshm.parent.processes.pool import ProcessPool
-from vecshm.shared.errors import VecShmError, remote_errors
-from vecshm.shared.protocol import Phase, Status
 from vecshm.shared.sync import DoneWatch, Spinner, fence
 
-__all__ = ["Deaths", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
+__all__ = ["OnDeath", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
 WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
 TURNAROUND_CAP = 0.01  # the most one turnaround counts for in the average the workers read
-
-_OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays with an IntEnum
 
 
 class WaitObserver(Protocol):
@@ -47,23 +40,7 @@ class WaitObserver(Protocol):
     def wait_ended(self, seconds: float) -> None: ...
 
 
-OnDeath = Callable[[int, Ticket, "float | None"], Ticket]
-
-
-class Deaths(Protocol):
-    """What a wait asks the failure policy (:class:`vecshm.parent.core.restart.FailurePolicy`)."""
-
-    @property
-    def restarting(self) -> Mapping[int, Any]: ...
-
-    @property
-    def watches_results(self) -> bool: ...
-
-    def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket: ...
-
-    def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]: ...
-
-    def seen(self, env_ids: np.ndarray, piped: dict[tuple[Any, int], bytes]) -> None: ...
+OnDeath = Callable[[int, Ticket, "float | None"], Ticket]  # process, ticket, deadline -> the ticket renewed
 
 
 class Waiter:
@@ -104,22 +81,6 @@ class Waiter:
         self._ended = 0.0  # when the last wait ended
         self._turnaround = 0.0  # (the segment's word, which only this wait writes)
         self._unrecorded: float | None = None  # the length of the last wait, not yet given to the spinner
-
-    def collect(self, ticket: Ticket, ready: Ready, timeout: float | None, policy: Deaths) -> Collected:
-        """Wait until ``ready`` names finished workers of ``ticket`` (``words.finished()``, or the
-        ring's units written), then read their sockets (errors raise); those workers, with their
-        extras. ``timeout`` (None: the engine's) bounds the wait. A restarted worker's envs end their
-        lost episode once its reset is collected (maybe later)."""
-        try:
-            done, ticket = self.wait(ticket, self.timeout if timeout is None else timeout, ready, policy.on_death)
-            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if policy.restarting else {}
-            piped = self.gather(done, ticket.phase)
-        except VecShmError as error:
-            self.health.fail(error)
-            raise
-        if policy.watches_results:
-            policy.seen(self.plan.env_ids_of(done), piped)
-        return new_collected((done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS))
 
     def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
         """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended
@@ -232,20 +193,3 @@ class Waiter:
         sentinel = self.pool.processes[p].sentinel
         self.sentinels[sentinel] = p
         self.watch.add(sentinel)
-
-    def gather(self, done: np.ndarray, during: Phase) -> dict[tuple[Any, int], bytes]:
-        """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
-        statuses = self.words.statuses(done)
-        if statuses.count(_OK) == len(statuses):
-            return {}
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        piped: dict[tuple[Any, int], bytes] = {}
-        records = []
-        for w, status in zip(done.tolist(), statuses):
-            if status == Status.OK_PIPED_INFOS:
-                piped.update(self.pool.recv(w, deadline, during))
-            elif status == Status.ERROR:
-                records += self.pool.recv(w, deadline, during)
-        if records:
-            raise remote_errors(records)
-        return piped

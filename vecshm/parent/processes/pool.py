@@ -109,7 +109,7 @@ class ProcessPool:
             for p, (start, _) in enumerate(plan.process_slices)
         ]
         self.daemon = options.daemon
-        self._timed = options.timeout is not None  # commands record when they were sent
+        self._timed = options.step_timeout is not None  # commands record when they were sent
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
         self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.handback.ring)

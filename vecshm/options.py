@@ -37,6 +37,7 @@ class VecOptions(TypedDict, total=False):
     envs_per_worker: Annotated[int | None, Option(None, "envs per worker process (None: a process per usable core)")]
     batch_size: Annotated[int | None, Option(None, "envs (multi-agent: copies) per async ``recv()``; up to all")]
     step_timeout: Annotated[float | None, Option(None, "seconds an env may take for one command (None: no limit)")]
+    start_timeout: Annotated[float | None, Option(None, "seconds to build the envs (None: 60 with a step_timeout)")]
     info_bytes: Annotated[int, Option(DEFAULT_INFO_BYTES, "per-env shared bytes for pickled infos; more: slower path")]
     spin: Annotated[float | None, Option(None, "longest busy-wait in seconds (None: adaptive, on x86; 0: never)")]
     cpu_affinity: Annotated[Any, Option(None, "None, ``'auto'``, or cores (or core lists) for the worker processes")]

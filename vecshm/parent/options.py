@@ -140,6 +140,7 @@ class EngineOptions:
     envs_per_worker: int | None = None
     info_bytes: int = DEFAULT_INFO_BYTES
     step_timeout: float | None = None
+    start_timeout: float | None = None
     daemon: bool = True
     spin: float | None = None
     cpu_affinity: Any = None
@@ -159,6 +160,8 @@ class EngineOptions:
             raise ValueError(f"on_worker_failure must be 'raise' or 'restart', got {self.on_worker_failure!r}")
         if self.step_timeout is not None and not self.step_timeout > 0:
             raise ValueError(f"step_timeout must be a positive number of seconds or None, got {self.step_timeout!r}")
+        if self.start_timeout is not None and not self.start_timeout > 0:
+            raise ValueError(f"start_timeout must be a positive number of seconds or None, got {self.start_timeout!r}")
         if self.info_bytes < 0:
             raise ValueError(f"info_bytes must be >= 0, got {self.info_bytes}")
         if not isinstance(self.lend_min_bytes, int) or self.lend_min_bytes < 0:
@@ -169,6 +172,15 @@ class EngineOptions:
         self.check_spaces(env_spaces)
         if self.check_spaces is not check_same_layout:
             check_same_layout(env_spaces)
+
+    @property
+    def start_seconds(self) -> float | None:
+        """How long the workers may take to build their envs and map the segment: ``start_timeout``,
+        else, with a ``step_timeout``, the longer of it and a minute (a simulator may load for
+        longer than it steps), else no limit."""
+        if self.start_timeout is not None:
+            return float(self.start_timeout)
+        return None if self.step_timeout is None else max(self.step_timeout, 60.0)
 
     @property
     def restarts(self) -> bool:

@@ -92,7 +92,7 @@ class Engine:
     def _start(self, num_cores: int) -> None:
         """Build the envs, lay out and map the segment, and set up waiting and the failure policy."""
         options, plan = self.options, self.plan
-        deadline = None if self.timeout is None else time.monotonic() + max(self.timeout, 60.0)
+        deadline = None if options.start_seconds is None else time.monotonic() + options.start_seconds
         reported = self.pool.collect_ready(deadline)
         options.check_all_spaces(reported)
         self.env_spaces = reported  # every env's (observation_space, action_space), as its worker reported them

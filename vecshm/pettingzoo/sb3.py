@@ -8,7 +8,6 @@ own conventions where SuperSuit's wrapper departs from them: ``TimeLimit.truncat
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,6 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.options import StartOptions, takes_options
-from vecshm.parent.core.inspection import RunProperties
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -28,9 +26,9 @@ from vecshm.pettingzoo.copies import (
     start_copies,
     to_copies,
 )
-from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import AutoReset, CallOp
-from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.base import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.rules import SB3RunVecEnv
 from vecshm.vec_env.shm import SB3_CALLS
 
 if TYPE_CHECKING:
@@ -40,7 +38,7 @@ __all__ = ["AgentVecEnv"]
 
 
 @takes_options(StartOptions)
-class AgentVecEnv(RunProperties, VecEnv):
+class AgentVecEnv(SB3RunVecEnv):
     """SB3's ``VecEnv`` over ``num_copies`` copies of ``parallel_env``: row ``k * num_agents + a`` is
     agent ``possible_agents[a]`` of copy ``k``.
 
@@ -88,18 +86,14 @@ class AgentVecEnv(RunProperties, VecEnv):
 
     # -- stepping ---------------------------------------------------------------------------------
 
+    in_flight_rows = "copies"
+    naming = staticmethod(naming_copies)
+
     def step_async(self, actions: np.ndarray) -> None:
-        self._check_idle("step_async")
-        self._run.start_step(to_copies(actions, self.agent_plan, self.agent_plan.num_copies), self.copy)
-        self.waiting = True
+        super().step_async(to_copies(actions, self.agent_plan, self.agent_plan.num_copies))
 
     def step_wait(self) -> VecEnvStepReturn:
-        self._run.check_usable()
-        if not self.waiting:
-            raise NoAsyncCallError("step_wait() was called without a pending step_async()")
-        self.waiting = False
-        with naming_copies():
-            batch = self._run.finish()
+        batch = self._pending_step()
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         return self._run.hand_back((rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)))
 
@@ -133,26 +127,16 @@ class AgentVecEnv(RunProperties, VecEnv):
 
     # -- async batches: whole copies --------------------------------------------------------------
 
-    def async_reset(self) -> None:
-        """Reset every copy without waiting; ``recv()`` returns the reset rows copy batch by copy batch."""
-        self._run.check_usable()
-        self._run.async_reset(self._reset_requests())
-        self._reset_seeds()
-        self._reset_options()
-
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the copies ``env_ids`` (default: those the last ``recv`` returned) on ``actions``,
         one row per agent of each, without waiting."""
-        self._run.check_usable()
         copies = self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
-        self._run.send(to_copies(actions, self.agent_plan, copies), env_ids)
+        super().send(to_copies(actions, self.agent_plan, copies), env_ids)
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
         copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
-        self._run.check_usable()
-        with naming_copies():
-            batch = self._run.recv()
+        batch = self._next_batch()
         self._last_copies = len(batch.ids)
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         infos = self._infos(rows)
@@ -167,19 +151,10 @@ class AgentVecEnv(RunProperties, VecEnv):
             self.seed(seed)
         if options is not None:
             self.set_options(options)
-        self._run.check_usable()
-        if self.waiting:
-            self.waiting = False
-            self._run.finish()
-        self._run.drain()
-        self._run.start_reset(self._reset_requests(), self.copy)
-        with naming_copies():
-            batch = self._run.finish()
+        batch = self._reset_batch()
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         self.present = rows.present
         self.reset_infos = [info for agents in rows.infos for info in agents]
-        self._reset_seeds()
-        self._reset_options()
         return self._run.hand_back(rows.obs)
 
     def seed(self, seed: int | None = None) -> Sequence[int | None]:
@@ -232,34 +207,9 @@ class AgentVecEnv(RunProperties, VecEnv):
         self._check_idle("has_attr")
         return all(self._run.call(CallOp.HAS_ATTR, list(range(self.agent_plan.num_copies)), attr_name))
 
-    def get_images(self) -> Sequence[np.ndarray | None]:
+    def _render_ids(self) -> list[int]:
         """One image per copy (its agents share it)."""
-        if self.render_mode != "rgb_array":
-            warnings.warn(
-                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
-                stacklevel=2,
-            )
-            return [None for _ in range(self.agent_plan.num_copies)]
-        self._check_idle("get_images")
-        return self._run.call(CallOp.RENDER, list(range(self.agent_plan.num_copies)))
-
-    def _check_idle(self, name: str) -> None:
-        self._run.check_usable()
-        if self.waiting:
-            raise AlreadyPendingCallError(f"{name}() was called while a step is pending; call step_wait() first")
-        if self._run.in_flight:
-            raise AlreadyPendingCallError(
-                f"{name}() was called while copies sent with send() are in flight; recv() them first"
-            )
-
-    # -- lifecycle --------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.waiting = False
-        self._run.close()
+        return list(range(self.agent_plan.num_copies))
 
     def __repr__(self) -> str:
         return describe(self)

@@ -102,29 +102,28 @@ class VecRun:
         except BaseException:
             engine.close()
             raise
+        # What a caller may inspect, fixed once the run has started: plain values, which the
+        # facades show as they are (vecshm.parent.core.inspection), with no layer of their own here.
+        self.num_envs: int = engine.num_envs
+        self.observation_space: gym.Space = engine.observation_space  # env 0's (each env's: ``env_spaces``)
+        self.action_space: gym.Space = engine.action_space
+        self.env_spaces: list[tuple[gym.Space, gym.Space]] = engine.env_spaces  # as each worker reported them
+        self.plan: VecEnvPlan = engine.plan
+        self.start_method: str = engine.start_method
+        self.nbytes: int = engine.nbytes  # the shared segment's size
+        self.segment: Buffers = engine.buffers  # the segment's arrays by name: read them, never write them
+        self.core_balance: CoreBalance = engine.balance
+        self.pin_memory: bool = self._registration is not None  # the segment page-locked and registered
+        self.runtime = Runtime(
+            engine.start_method,
+            engine.transport.name,
+            [None if cores is None else list(cores) for cores in engine.worker_cores],
+            engine.nbytes,
+            self._batches.ring is not None,
+        )
 
     outputs: NumpyOutputs
     """What results become: numpy arrays, or torch tensors (``device=``; :mod:`vecshm.parent.handback.delivery`)."""
-
-    # -- the envs ---------------------------------------------------------------------------------
-
-    @property
-    def num_envs(self) -> int:
-        return self._engine.num_envs
-
-    @property
-    def observation_space(self) -> gym.Space:
-        """The first env's observation space (each env's: :attr:`env_spaces`)."""
-        return self._engine.observation_space
-
-    @property
-    def action_space(self) -> gym.Space:
-        return self._engine.action_space
-
-    @property
-    def env_spaces(self) -> list[tuple[gym.Space, gym.Space]]:
-        """Every env's ``(observation_space, action_space)``, as its worker reported them."""
-        return self._engine.env_spaces
 
     # -- whole batches ----------------------------------------------------------------------------
 
@@ -317,52 +316,10 @@ class VecRun:
         return results
 
     @property
-    def pin_memory(self) -> bool:
-        """Whether the segment is page-locked and registered with CUDA (``pin_memory``)."""
-        return self._registration is not None
-
-    @property
     def processes(self) -> list[Any]:
         """The worker processes (``multiprocessing.Process``), one per process of the plan; a
         restarted worker's new process replaces its old one."""
         return list(self._engine.pool.processes)
-
-    @property
-    def plan(self) -> VecEnvPlan:
-        """Which envs each worker process hosts, and each command runs on (see :mod:`vecshm.parent.plan`)."""
-        return self._engine.plan
-
-    @property
-    def start_method(self) -> str:
-        return self._engine.start_method
-
-    @property
-    def nbytes(self) -> int:
-        """The shared segment's size in bytes."""
-        return self._engine.nbytes
-
-    @property
-    def runtime(self) -> Runtime:
-        engine = self._engine
-        return Runtime(
-            engine.start_method,
-            engine.transport.name,
-            [None if cores is None else list(cores) for cores in engine.worker_cores],
-            engine.nbytes,
-            self._batches.ring is not None,
-        )
-
-    @property
-    def segment(self) -> Buffers:
-        """The shared segment's arrays by name (control words, rewards, info arenas, observation
-        slots; see :mod:`vecshm.shared.buffers`), for diagnostics: read them, never write them."""
-        return self._engine.buffers
-
-    @property
-    def core_balance(self) -> CoreBalance:
-        """Whether the workers keep off the parent's core during async batches, and the measured
-        ratio that decided it (``reserved``, ``ratio``; see :mod:`vecshm.parent.core.balance`)."""
-        return self._engine.balance
 
     @property
     def observer(self) -> WaitObserver | None:

@@ -1,4 +1,5 @@
-"""Built-in deterministic envs for benchmarks and examples (registered as ``vecshm/...`` ids).
+"""Built-in deterministic envs for benchmarks and examples (registered as ``vecshm/...`` ids when
+vecshm is imported: :func:`register_envs`, called by ``vecshm/__init__.py``).
 
 They do no simulation on purpose: each isolates one cost a vectorizer adds. Every env is
 deterministic given its seed, so two vectorizers fed the same seeds and actions must agree bit
@@ -129,6 +130,3 @@ def register_envs() -> None:
     for env_id, cls in entries.items():
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=f"vecshm.envs:{cls}", disable_env_checker=True)
-
-
-register_envs()

@@ -3,7 +3,9 @@
 SB3 checks ``isinstance(env, VecEnv)`` (and friends such as ``VecNormalize`` in
 ``sync_envs_normalization``). SB3's classes are ABCs, so vecshm registers its own classes as
 virtual subclasses of their SB3 counterparts, the moment SB3's ``vec_env`` package finishes
-importing (or at once, if it already has). Nothing here imports SB3.
+importing (or at once, if it already has). Each vecshm class says which SB3 class it stands for
+where it is defined (``@stands_for("VecFrameStack")``), so the tie is in sight of both. Nothing
+here imports SB3.
 
 The other direction matters too: SB3's algorithms wrap image envs in SB3's own
 ``VecTransposeImage``, and code that moved to vecshm's names then asks
@@ -15,38 +17,40 @@ exception: a ``SubprocVecEnv`` has none of its async API, so it is not taken for
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["install", "register_with_sb3", "sb3_counterpart", "COUNTERPARTS"]
+__all__ = ["DECLARED", "install", "register_with_sb3", "sb3_counterpart", "stands_for"]
 
 SB3_VEC_ENV = "stable_baselines3.common.vec_env"
 
-# vecshm class path -> SB3 class name in stable_baselines3.common.vec_env
-COUNTERPARTS: dict[str, str] = {
-    "vecshm.vec_env.base:VecEnv": "VecEnv",
-    "vecshm.vec_env.base:VecEnvWrapper": "VecEnvWrapper",
-    "vecshm.vec_env.dummy:DummyVecEnv": "DummyVecEnv",
-    "vecshm.vec_env.shm:ShmVecEnv": "SubprocVecEnv",
-    "vecshm.wrappers.stacked_observations:StackedObservations": "StackedObservations",
-    "vecshm.wrappers.frame_stack:VecFrameStack": "VecFrameStack",
-    "vecshm.wrappers.normalize:VecNormalize": "VecNormalize",
-    "vecshm.wrappers.vec_monitor:VecMonitor": "VecMonitor",
-    "vecshm.wrappers.video_recorder:VecVideoRecorder": "VecVideoRecorder",
-    "vecshm.wrappers.check_nan:VecCheckNan": "VecCheckNan",
-    "vecshm.wrappers.transpose:VecTransposeImage": "VecTransposeImage",
-    "vecshm.wrappers.extract_dict_obs:VecExtractDictObs": "VecExtractDictObs",
-}
+C = TypeVar("C", bound=type)
 
-# vecshm classes whose SB3 counterpart's instances are not taken for theirs (see the module docstring)
-ONE_WAY = frozenset({"vecshm.vec_env.shm:ShmVecEnv"})
+# vecshm class -> (the name of SB3's class in stable_baselines3.common.vec_env, one way): filled by
+# the classes themselves, as they are defined (:func:`stands_for`)
+DECLARED: dict[type, tuple[str, bool]] = {}
 
 # vecshm class -> SB3's own class, as SB3 defined it (code that rebinds SB3's names later does not move it)
 _SB3_CLASSES: dict[type, type] = {}
+
+
+def stands_for(sb3_name: str, *, one_way: bool = False) -> Callable[[C], C]:
+    """A class decorator: vecshm's class stands for SB3's class ``sb3_name``. Its instances pass
+    SB3's ``isinstance`` checks, and, unless ``one_way`` (a ``SubprocVecEnv`` has none of
+    ``ShmVecEnv``'s async API), SB3's instances pass vecshm's (see the module)."""
+
+    def declare(cls: C) -> C:
+        DECLARED[cls] = (sb3_name, one_way)
+        loaded = sys.modules.get(SB3_VEC_ENV)
+        if loaded is not None:  # (SB3 imported before this class: register it now)
+            _register(cls, loaded)
+        return cls
+
+    return declare
 
 
 def sb3_counterpart(cls: type) -> type | None:
@@ -55,19 +59,21 @@ def sb3_counterpart(cls: type) -> type | None:
 
 
 def register_with_sb3(sb3_vec_env: ModuleType) -> None:
-    """Register every vecshm class as a virtual subclass of its SB3 counterpart, and remember the
-    counterpart for the other direction."""
-    for path, sb3_name in COUNTERPARTS.items():
-        module_name, class_name = path.split(":")
-        module = sys.modules.get(module_name) or importlib.import_module(module_name)
-        ours = getattr(module, class_name)
-        theirs = getattr(sb3_vec_env, sb3_name, None)
-        if theirs is None or theirs is ours or not hasattr(theirs, "register"):
-            continue
-        if not issubclass(ours, theirs):
-            theirs.register(ours)
-        if path not in ONE_WAY:
-            _SB3_CLASSES.setdefault(ours, theirs)
+    """Register every vecshm class declared so far as a virtual subclass of its SB3 counterpart,
+    and remember the counterpart for the other direction."""
+    for ours in list(DECLARED):
+        _register(ours, sb3_vec_env)
+
+
+def _register(ours: type, sb3_vec_env: ModuleType) -> None:
+    sb3_name, one_way = DECLARED[ours]
+    theirs = getattr(sb3_vec_env, sb3_name, None)
+    if theirs is None or theirs is ours or not hasattr(theirs, "register"):
+        return
+    if not issubclass(ours, theirs):
+        theirs.register(ours)
+    if not one_way:
+        _SB3_CLASSES.setdefault(ours, theirs)
 
 
 class _RegisteringLoader(importlib.abc.Loader):

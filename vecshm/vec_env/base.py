@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.sb3 import sb3_counterpart
+from vecshm.sb3 import sb3_counterpart, stands_for
 
 __all__ = [
     "VecEnv",
@@ -62,6 +62,7 @@ def tile_images(images_nhwc: Sequence[np.ndarray]) -> np.ndarray:
     return out.reshape((new_height * height, new_width * width, n_channels))
 
 
+@stands_for("VecEnv")
 class VecEnv(ABC):
     """A batch of ``num_envs`` envs stepped together, with SB3's semantics (auto-reset, info lists)."""
 
@@ -236,6 +237,7 @@ class VecEnv(ABC):
         self.close()
 
 
+@stands_for("VecEnvWrapper")
 class VecEnvWrapper(VecEnv):
     """Base of vec env wrappers: forwards everything it does not override to ``venv``."""
 

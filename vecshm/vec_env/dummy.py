@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.core.actions import is_per_env
+from vecshm.sb3 import stands_for
 from vecshm.shared.env_util import is_wrapped
 from vecshm.shared.layout import assemble, flatten, leaves
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
@@ -30,6 +31,7 @@ def check_for_nested_spaces(obs_space: gym.spaces.Space) -> None:
             )
 
 
+@stands_for("DummyVecEnv")
 class DummyVecEnv(VecEnv):
     """Steps each env in turn in this process, with SB3 ``DummyVecEnv`` semantics."""
 

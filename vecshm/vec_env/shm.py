@@ -11,6 +11,7 @@ import numpy as np
 from vecshm.options import VecOptions, resolved, takes_options
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
+from vecshm.sb3 import stands_for
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnvIndices, VecEnvObs, VecEnvStepReturn, stack_dynamic
 from vecshm.vec_env.rules import SB3RunVecEnv
@@ -31,6 +32,7 @@ SB3_CALLS: dict[str, Callable[..., tuple[CallOp, tuple]]] = {
 }
 
 
+@stands_for("SubprocVecEnv", one_way=True)  # (a SubprocVecEnv lacks the async API)
 @takes_options(VecOptions)
 class ShmVecEnv(SB3RunVecEnv):
     """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.

@@ -33,7 +33,7 @@ from vecshm.vector.rules import check_worker_signature
 from vecshm.vector.shm import ShmVectorEnv
 from vecshm.worker.main import exit_with_parent
 
-__all__ = ["ShmVectorEnvOnPipes", "custom_worker_argument"]
+__all__ = ["ShmVectorEnvOnPipes"]
 
 _ENGINE_ONLY = (
     "`{}` needs vecshm's own worker loop; with a custom `worker` ShmVectorEnv runs Gymnasium's "
@@ -42,14 +42,6 @@ _ENGINE_ONLY = (
 
 
 _ASYNC_SIGNATURE = inspect.signature(AsyncVectorEnv.__init__)  # the installed Gymnasium's
-# Where ``worker`` sits among the positional arguments (after ``self``): the sixth in Gymnasium 1.1 and 1.4
-_WORKER_POSITION = list(_ASYNC_SIGNATURE.parameters).index("worker") - 1
-
-
-def custom_worker_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The ``worker`` a ``ShmVectorEnv(...)`` call passes, by position (as in ``AsyncVectorEnv``) or
-    by keyword; ``None`` when it passes none."""
-    return args[_WORKER_POSITION] if len(args) > _WORKER_POSITION else kwargs.get("worker")
 
 
 def _engine_defaults() -> dict[str, Any]:
@@ -78,7 +70,7 @@ class _TiedToParent:
         self.worker(*args)
 
 
-class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv):
+class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv, runs_custom_workers=True):
     """What ``ShmVectorEnv(..., worker=fn)`` returns: ``AsyncVectorEnv`` with ``fn`` as its worker.
 
     ``AsyncVectorEnv`` comes first in the method order, so its methods and state rules apply; the
@@ -217,11 +209,3 @@ for _name in (
     setattr(ShmVectorEnvOnPipes, _name, _naming_dead_workers(getattr(AsyncVectorEnv, _name)))
 for _name in ("reset", "step", "call"):  # get_attr and render go through call
     setattr(ShmVectorEnvOnPipes, _name, _marking_interrupts(getattr(AsyncVectorEnv, _name)))
-
-
-def _class_for_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> type | None:
-    """``ShmVectorEnvOnPipes`` for a ``ShmVectorEnv(...)`` call that passes a custom ``worker``."""
-    return ShmVectorEnvOnPipes if custom_worker_argument(args, kwargs) is not None else None
-
-
-ShmVectorEnv._class_for_call = _class_for_call

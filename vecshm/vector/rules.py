@@ -33,6 +33,16 @@ AUTORESET = {
     AutoresetMode.DISABLED: AutoReset.DISABLED,
 }
 
+_ASYNC_INIT = inspect.signature(gym.vector.AsyncVectorEnv.__init__)  # the installed Gymnasium's
+# Where ``worker`` sits among the positional arguments (after ``self``): the sixth in Gymnasium 1.1 and 1.4
+_WORKER_POSITION = list(_ASYNC_INIT.parameters).index("worker") - 1
+
+
+def custom_worker_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The ``worker`` a ``ShmVectorEnv(...)`` call passes, by position (as in ``AsyncVectorEnv``) or
+    by keyword; ``None`` when it passes none."""
+    return args[_WORKER_POSITION] if len(args) > _WORKER_POSITION else kwargs.get("worker")
+
 
 def raise_as_async_vector_env(error: WorkerError) -> NoReturn:
     """Env failures logged and raised as AsyncVectorEnv does: each failing env's traceback through

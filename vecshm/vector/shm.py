@@ -27,6 +27,7 @@ from vecshm.vector.rules import (
     check_async_options,
     check_reset_mask,
     check_spaces,
+    custom_worker_argument,
     expect_idle,
     expect_pending,
     raise_as_async_vector_env,
@@ -64,15 +65,22 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
     torch tensors there (docs/gpu.md).
     """
 
-    # Set by vecshm.vector.on_pipes (imported with vecshm): given a call's arguments, the subclass that
-    # runs a custom ``worker`` on AsyncVectorEnv's pipes, or None. A hook, not an import of it
-    # here: that subclass derives from this class, so each importing the other would be a circle.
-    _class_for_call: Callable[[tuple[Any, ...], dict[str, Any]], type | None] | None = None
+    # The subclass that runs a custom ``worker`` on AsyncVectorEnv's pipes: it names itself, where it
+    # is defined (``class ...(..., ShmVectorEnv, runs_custom_workers=True)``, vecshm.vector.on_pipes,
+    # which vecshm.vector imports with this class). Not an import of it here: it derives from this
+    # class, so each importing the other would be a circle.
+    _on_pipes: type | None = None
+
+    def __init_subclass__(cls, runs_custom_workers: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if runs_custom_workers:
+            ShmVectorEnv._on_pipes = cls
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ShmVectorEnv:
-        chooser = ShmVectorEnv._class_for_call
-        if cls is ShmVectorEnv and chooser is not None:
-            cls = chooser(args, kwargs) or cls
+        """``ShmVectorEnv(..., worker=fn)`` is the subclass on pipes; any other call, this class."""
+        on_pipes = ShmVectorEnv._on_pipes
+        if cls is ShmVectorEnv and on_pipes is not None and custom_worker_argument(args, kwargs) is not None:
+            cls = on_pipes
         return super().__new__(cls)
 
     def __init__(

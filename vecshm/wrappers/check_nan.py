@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 
 __all__ = ["VecCheckNan"]
 
 
+@stands_for("VecCheckNan")
 class VecCheckNan(VecEnvWrapper):
     """Warns (or raises ``ValueError``) on NaN/inf in actions, observations or rewards (SB3 semantics).
 

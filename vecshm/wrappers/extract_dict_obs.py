@@ -6,6 +6,7 @@ from typing import Any
 
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
@@ -13,6 +14,7 @@ from vecshm.wrappers.base import VecEnvObservationWrapper
 __all__ = ["VecExtractDictObs"]
 
 
+@stands_for("VecExtractDictObs")
 class VecExtractDictObs(VecEnvObservationWrapper):
     """Keeps ``observation[key]`` only (terminal observations too)."""
 

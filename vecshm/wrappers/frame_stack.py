@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 from vecshm.wrappers.pinned import page_locker
@@ -14,6 +15,7 @@ from vecshm.wrappers.stacked_observations import StackedObservations
 __all__ = ["VecFrameStack"]
 
 
+@stands_for("VecFrameStack")
 class VecFrameStack(VecEnvWrapper):
     """Frame stacking (SB3 semantics), for Box and Dict observation spaces.
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 from vecshm.wrappers.image import is_image_space
 from vecshm.wrappers.running_mean_std import RunningMeanStd
@@ -17,6 +18,7 @@ from vecshm.wrappers.running_mean_std import RunningMeanStd
 __all__ = ["VecNormalize"]
 
 
+@stands_for("VecNormalize")
 class VecNormalize(VecEnvWrapper):
     """Normalises observations (running mean/std) and rewards (by the std of the discounted return).
 

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar, cast
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.wrappers.image import is_image_space, is_image_space_channels_first
 from vecshm.wrappers.pinned import Allocate, PinnedArrays
@@ -18,6 +19,7 @@ __all__ = ["StackedObservations"]
 TObs = TypeVar("TObs", np.ndarray, dict[str, np.ndarray])
 
 
+@stands_for("StackedObservations")
 class StackedObservations(Generic[TObs]):
     """The last ``n_stack`` observations of each env, concatenated on the channel axis.
 

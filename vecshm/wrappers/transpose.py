@@ -7,6 +7,7 @@ from copy import deepcopy
 import numpy as np
 from gymnasium import spaces
 
+from vecshm.sb3 import stands_for
 from vecshm.shared.errors import InvalidArgumentError
 from vecshm.vec_env.base import VecEnv
 from vecshm.wrappers.base import VecEnvObservationWrapper
@@ -16,6 +17,7 @@ from vecshm.wrappers.pinned import PinnedArrays, page_locked, page_locker
 __all__ = ["VecTransposeImage"]
 
 
+@stands_for("VecTransposeImage")
 class VecTransposeImage(VecEnvObservationWrapper):
     """Re-orders image channels from last to first (SB3 semantics); ``skip=True`` does nothing."""
 

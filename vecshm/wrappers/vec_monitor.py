@@ -8,11 +8,13 @@ import warnings
 import numpy as np
 
 from vecshm.monitor import Monitor, ResultsWriter
+from vecshm.sb3 import stands_for
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 
 __all__ = ["VecMonitor"]
 
 
+@stands_for("VecMonitor")
 class VecMonitor(VecEnvWrapper):
     """Monitor at the vec env level (SB3 semantics; SB3's ``load_results`` reads its CSV).
 

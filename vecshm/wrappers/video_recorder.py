@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from vecshm.sb3 import stands_for
 from vecshm.vec_env.base import VecEnv, VecEnvObs, VecEnvStepReturn, VecEnvWrapper
 
 __all__ = ["VecVideoRecorder"]
@@ -24,6 +25,7 @@ def _video_writer(path: str, fps: float) -> Any:
     return imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2)
 
 
+@stands_for("VecVideoRecorder")
 class VecVideoRecorder(VecEnvWrapper):
     """Records videos of the tiled frames, starting whenever ``record_video_trigger(step)`` is true.
 

@@ -13,13 +13,13 @@ import pytest
 from faulty_envs import hangs_in_constructor, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv, StepTimeoutError
-from vecshm.options import StartOptions, VecOptions, declared
+from vecshm.options import ProcessOptions, StartOptions, VecOptions, declared
 from vecshm.pettingzoo import AgentVecEnv, AgentVectorEnv, SuperSuitVecEnv
 
 
 def _classes() -> list[tuple[type, type]]:
     classes = [
-        (ShmVecEnv, VecOptions),
+        (ShmVecEnv, ProcessOptions),
         (ShmVectorEnv, VecOptions),
         (AgentVecEnv, StartOptions),
         (AgentVectorEnv, StartOptions),

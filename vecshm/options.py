@@ -21,7 +21,7 @@ from typing import Annotated, Any, NamedTuple, TypedDict, TypeVar
 
 from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
 
-__all__ = ["Option", "StartOptions", "VecOptions", "declared", "resolved", "takes_options"]
+__all__ = ["Option", "ProcessOptions", "StartOptions", "VecOptions", "declared", "resolved", "takes_options"]
 
 
 class Option(NamedTuple):
@@ -53,12 +53,18 @@ class VecOptions(TypedDict, total=False):
     stats: Annotated[bool, Option(False, "count where the time goes, for ``venv.stats`` (costs cheap steps a few %)")]
 
 
-class StartOptions(VecOptions, total=False):
-    """:class:`VecOptions`, and how the worker processes start: for the classes whose peers have no
-    keyword of their own for it (the multi-agent classes, and ``RayVecEnv``'s ``ShmVecEnv`` in each actor)."""
+class ProcessOptions(VecOptions, total=False):
+    """:class:`VecOptions`, and whether the worker processes are daemons: for ``ShmVecEnv``, whose
+    peer has no keyword for it (``AsyncVectorEnv`` has ``daemon`` of its own)."""
+
+    daemon: Annotated[bool, Option(True, "start the workers as daemon processes (False: envs may start processes)")]
+
+
+class StartOptions(ProcessOptions, total=False):
+    """:class:`ProcessOptions`, and the start method: for the classes whose peers have no keyword
+    of their own for it (the multi-agent classes, and ``RayVecEnv``'s ``ShmVecEnv`` in each actor)."""
 
     start_method: Annotated[str | None, Option(None, "``'fork'``, ``'forkserver'`` or ``'spawn'`` (None: the peer's)")]
-    daemon: Annotated[bool, Option(True, "start the workers as daemon processes (False: envs may start processes)")]
 
 
 class Declared(NamedTuple):

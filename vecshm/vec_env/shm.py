@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.options import VecOptions, resolved, takes_options
+from vecshm.options import ProcessOptions, resolved, takes_options
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.sb3 import stands_for
@@ -33,7 +33,7 @@ SB3_CALLS: dict[str, Callable[..., tuple[CallOp, tuple]]] = {
 
 
 @stands_for("SubprocVecEnv", one_way=True)  # (a SubprocVecEnv lacks the async API)
-@takes_options(VecOptions)
+@takes_options(ProcessOptions)
 class ShmVecEnv(SB3RunVecEnv):
     """Drop-in replacement for ``SubprocVecEnv``: workers write straight into shared memory.
 
@@ -41,7 +41,6 @@ class ShmVecEnv(SB3RunVecEnv):
     :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as SB3 (forkserver)
     :param copy: return copies of observations (default). ``False`` returns views of the shared
         buffers, valid until the next ``step``/``reset``: faster for callers that consume them at once
-    :param daemon: start workers as daemon processes (as SB3 does); False lets envs have children
 
     ``device`` (vecshm's options, below) returns the results of ``recv()`` as torch tensors there;
     ``step`` and ``reset`` stay numpy, as SB3 expects (docs/gpu.md).
@@ -60,19 +59,17 @@ class ShmVecEnv(SB3RunVecEnv):
         start_method: str | None = None,
         *,
         copy: bool = True,
-        daemon: bool = True,
-        **options: Unpack[VecOptions],
+        **options: Unpack[ProcessOptions],
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() must not touch a half-built object
         fns = list(env_fns)
         self._run = VecRun(
             fns,
-            resolved("ShmVecEnv", options),
+            resolved("ShmVecEnv", options, ProcessOptions),
             autoreset=AutoReset.SAME_STEP,
             reward_codes=True,  # rewards in np.stack's dtype, as SubprocVecEnv returns them
             start_method=start_method,
-            daemon=daemon,
             batch_dynamic=stack_dynamic,
         )
         self.closed = False

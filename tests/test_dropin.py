@@ -378,7 +378,7 @@ def test_async_vector_env_keywords_in_its_positional_order():
     with pytest.raises(ValueError, match="A custom `worker` must accept"):
         ShmVectorEnv([EchoEnv], True, True, None, True, lambda a, b: None)  # the sixth: worker
     with ShmVectorEnv([EchoEnv] * 4, max_concurrency=1) as envs:
-        assert envs.plan.num_workers == 1  # at most one env runs at a time
+        assert envs.plan.num_lanes == 1  # at most one env runs at a time
         envs.reset()
 
 

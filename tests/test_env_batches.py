@@ -264,7 +264,7 @@ def test_hung_env_is_named_alone_not_the_envs_queued_behind_it(cls, no_leaks):
     steps its envs as one command."""
     fns = [faulty("hang", fail_at=2) if i == 2 else healthy for i in range(4)]
     venv = cls(fns, batch_size=3, envs_per_worker=2, step_timeout=1.0)
-    assert venv.plan.num_workers == 4  # one worker per env: the arrangement this test is about
+    assert venv.plan.num_lanes == 4  # one worker per env: the arrangement this test is about
     venv.async_reset()
     end = time.monotonic() + 60  # a bound for the test, not a synchronisation
     with pytest.raises(StepTimeoutError, match=r"env\(s\) \[2\] did not finish") as info:
@@ -314,7 +314,7 @@ def test_restart_policy_under_async_batches(obs_key, batch_size, no_leaks):
     fns = [make_space_env(obs_key, big_info_every=0, max_steps=1000) for _ in range(6)]
     venv = ShmVecEnv(fns, batch_size=batch_size, envs_per_worker=2, on_worker_failure="restart")
     assert venv.runtime.ring == (obs_key == "frame_u8")
-    assert venv.plan.num_workers == (6 if batch_size == 3 else 3)
+    assert venv.plan.num_lanes == (6 if batch_size == 3 else 3)
     venv.async_reset()
     last = {}
     while venv.in_flight:

@@ -21,7 +21,7 @@ from lockstep import lockstep
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 
 from vecshm import ShmVecEnv, ShmVectorEnv
-from vecshm.shared.sync import SLEEPERS_ONLY, ring_sleepers
+from vecshm.shared.sync import SLEEPERS_ONLY, wake_sleepers
 
 SPINS = [0.0, 5e-6]  # every wait sleeps; most waits spin a little, then sleep
 
@@ -58,20 +58,20 @@ class CountingBell:
     def __init__(self) -> None:
         self.rings = 0
 
-    def ring(self) -> None:
+    def wake(self) -> None:
         self.rings += 1
 
 
 @pytest.mark.parametrize("asleep", [0, 1])
 def test_a_bell_rings_only_for_a_sleeper_where_a_fence_orders_the_words(asleep):
     bell = CountingBell()
-    ring_sleepers([0], [bell], [0], np.array([asleep], dtype=np.int64))
+    wake_sleepers([0], [bell], [0], np.array([asleep], dtype=np.int64))
     assert bell.rings == (asleep if SLEEPERS_ONLY else 1)
 
 
 def test_each_owner_is_rung_by_its_own_asleep_word():
     bells = [CountingBell() for _ in range(3)]
-    ring_sleepers([0, 2], bells, [1, 0, 3], np.array([1, 0, 0, 1], dtype=np.int64))  # owner 1 not asked
+    wake_sleepers([0, 2], bells, [1, 0, 3], np.array([1, 0, 0, 1], dtype=np.int64))  # owner 1 not asked
     assert [bell.rings for bell in bells] == ([0, 0, 1] if SLEEPERS_ONLY else [1, 0, 1])
 
 

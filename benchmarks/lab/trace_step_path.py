@@ -31,7 +31,7 @@ N_ENVS = 8
 ENV_ID = "vecshm/Frames-v0"
 ROOT = os.path.dirname(os.path.abspath(vecshm.__file__))
 STEPS = 20  # traced steps per case: the files any of them crossed are listed
-BELL_FUNCTIONS = ("ring",)  # a doorbell's ``ring``: the last call of the sending half
+BELL_FUNCTIONS = ("wake",)  # a doorbell's ``wake``: the last call of the sending half
 
 
 def _trace(call: Callable[[], Any], doorbell_file: str | None) -> tuple[list[str], int]:

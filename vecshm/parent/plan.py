@@ -1,12 +1,16 @@
-"""How a vec env's envs map to processes and workers: decided once, then only read.
+"""How a vec env's envs map to worker processes and lanes: decided once, then only read.
 
-A *process* hosts a contiguous slice of envs. A *worker* is what a command runs on: the envs it
-steps together, and publishes together when the last is done. By default a worker is a whole
-process's envs. For async batches that are not exactly one process's envs, each env is a worker
-of its own, and a process hosts several: it runs the
-commands of those that have one, one after the other, and publishes each env as soon as it is
-done, so a batch fills env by env (docs/design.md, "Async batches"). The pool, the pinning and
-the batches all read the one :class:`VecEnvPlan`; none works these tables out again.
+A worker *process* hosts a contiguous slice of envs. A *lane* is what a command runs on: the envs
+it steps together, and publishes together when the last is done; each lane has its own control
+words in the segment. By default a lane is a whole process's envs. For async batches that are not
+exactly one process's envs, each env is a lane of its own, and a process hosts several: it runs
+the commands of those that have one, one after the other, and publishes each env as soon as it is
+done, so a batch fills env by env (docs/design.md, "Commands env by env"). The pool, the pinning
+and the batches all read the one :class:`VecEnvPlan`; none works these tables out again.
+
+Public names and error messages keep the peers' word for a process, *worker* (``envs_per_worker``,
+``WorkerDiedError``, "worker 1 (envs 2-3) was killed"); inside the engine a *lane* is never called
+a worker.
 """
 
 from __future__ import annotations
@@ -31,17 +35,17 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class VecEnvPlan:
     """The tables of one vec env. ``process_slices[p]``: the envs process ``p`` hosts;
-    ``worker_slices[w]``: the envs worker ``w`` steps; ``lanes[p]``: the workers process ``p``
-    hosts; ``process_of[w]``: worker ``w``'s process; ``env_worker[i]``: env ``i``'s worker."""
+    ``lane_slices[lane]``: the envs a lane steps; ``process_lanes[p]``: the lanes process ``p``
+    hosts; ``process_of[lane]``: a lane's process; ``env_lane[i]``: env ``i``'s lane."""
 
     num_envs: int
     process_slices: tuple[tuple[int, int], ...]
-    worker_slices: tuple[tuple[int, int], ...]
-    lanes: tuple[tuple[int, int], ...]
+    lane_slices: tuple[tuple[int, int], ...]
+    process_lanes: tuple[tuple[int, int], ...]
     process_of: tuple[int, ...]
-    env_worker: np.ndarray
-    all_workers: np.ndarray
-    env_table: np.ndarray | None  # envs by worker, where every worker hosts as many (else None)
+    env_lane: np.ndarray
+    all_lanes: np.ndarray
+    env_table: np.ndarray | None  # envs by lane, where every lane holds as many (else None)
 
     @classmethod
     def build(
@@ -67,21 +71,21 @@ class VecEnvPlan:
             and any(stop - start != async_batch for start, stop in processes)
         )
         if per_env:
-            workers, lanes = [(i, i + 1) for i in range(num_envs)], processes
+            lanes, process_lanes = [(i, i + 1) for i in range(num_envs)], processes
         else:
-            workers, lanes = processes, [(p, p + 1) for p in range(len(processes))]
-        sizes = [b - a for a, b in workers]
-        env_worker = np.repeat(np.arange(len(workers)), sizes)
+            lanes, process_lanes = processes, [(p, p + 1) for p in range(len(processes))]
+        sizes = [b - a for a, b in lanes]
+        env_lane = np.repeat(np.arange(len(lanes)), sizes)
         uniform = len(set(sizes)) == 1
         return cls(
             num_envs=num_envs,
             process_slices=tuple(processes),
-            worker_slices=tuple(workers),
-            lanes=tuple(lanes),
-            process_of=tuple(p for p, (a, b) in enumerate(lanes) for _ in range(a, b)),
-            env_worker=_frozen(env_worker),
-            all_workers=_frozen(np.arange(len(workers))),
-            env_table=_frozen(np.arange(num_envs).reshape(len(workers), -1)) if uniform else None,
+            lane_slices=tuple(lanes),
+            process_lanes=tuple(process_lanes),
+            process_of=tuple(p for p, (a, b) in enumerate(process_lanes) for _ in range(a, b)),
+            env_lane=_frozen(env_lane),
+            all_lanes=_frozen(np.arange(len(lanes))),
+            env_table=_frozen(np.arange(num_envs).reshape(len(lanes), -1)) if uniform else None,
         )
 
     @property
@@ -95,17 +99,17 @@ class VecEnvPlan:
         return self.num_processes < num_cores
 
     @property
-    def num_workers(self) -> int:
-        return len(self.worker_slices)
+    def num_lanes(self) -> int:
+        return len(self.lane_slices)
 
-    def env_ids_of(self, workers: np.ndarray) -> np.ndarray:
-        """The envs ``workers`` host, worker by worker (a new array)."""
+    def env_ids_of(self, lanes: np.ndarray) -> np.ndarray:
+        """The envs of ``lanes``, lane by lane (a new array)."""
         if self.env_table is not None:
-            return self.env_table[workers].reshape(-1)
-        return np.concatenate([np.arange(*self.worker_slices[w]) for w in workers.tolist()])
+            return self.env_table[lanes].reshape(-1)
+        return np.concatenate([np.arange(*self.lane_slices[lane]) for lane in lanes.tolist()])
 
-    def worker_envs(self, w: int) -> list[int]:
-        return list(range(*self.worker_slices[w]))
+    def lane_envs(self, lane: int) -> list[int]:
+        return list(range(*self.lane_slices[lane]))
 
     def process_envs(self, p: int) -> list[int]:
         return list(range(*self.process_slices[p]))
@@ -113,7 +117,7 @@ class VecEnvPlan:
     def ring_unit_rows(self, env_bytes: int, min_unit_bytes: int) -> int:
         """Rows per unit of the async ring (see :mod:`vecshm.parent.handback.ring`), or 0 to copy async batches.
 
-        A unit holds one worker's envs, so every worker must host as many. Observations of
+        A unit holds one lane's envs, so every lane must hold as many. Observations of
         ``env_bytes`` too small for lending to pay (a unit under ``min_unit_bytes``) are copied."""
         if self.env_table is None:
             return 0

@@ -84,7 +84,7 @@ class BufferSpec:
     observation_space: spaces.Space
     action_space: spaces.Space
     num_envs: int
-    num_workers: int
+    num_lanes: int
     info_bytes: int
     obs_slots: int = 1
     # async batches: ``ring_units`` units of ``unit_rows`` observation rows each (see vecshm.parent.handback.ring)
@@ -111,7 +111,7 @@ class BufferSpec:
             object.__setattr__(self, f"{name}_dynamic", len(fixed) < len(all_leaves))
 
     def plan(self) -> SegmentPlan:
-        n, w = self.num_envs, self.num_workers
+        n, w = self.num_envs, self.num_lanes
         blob_bytes = self.info_bytes if self.obs_dynamic else 0  # the dynamic leaves of each env's observation
         arrays: list[tuple[str, tuple[int, ...], np.dtype]] = [
             ("cmd_seq", (w,), np.dtype(np.int64)),
@@ -121,7 +121,7 @@ class BufferSpec:
             ("progress", (w,), np.dtype(np.int64)),
             ("obs_slot", (w,), np.dtype(np.int64)),
             ("prev_slot", (w,), np.dtype(np.int64)),  # the slot of the command before (a restart reads it)
-            ("busy", (w,), np.dtype(np.float64)),  # seconds each worker has spent running commands
+            ("busy", (w,), np.dtype(np.float64)),  # seconds each lane has spent running commands
             # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
             # average), which the workers' spin follows (vecshm.worker.main)
             ("turnaround", (1,), np.dtype(np.float64)),
@@ -129,7 +129,7 @@ class BufferSpec:
             # sleeps on its own: the other side rings only then (vecshm.shared.sync)
             ("asleep", (w,), np.dtype(np.int64)),
             ("parent_asleep", (1,), np.dtype(np.int64)),
-            ("unit_worker", (max(1, self.ring_units),), np.dtype(np.int64)),
+            ("unit_lane", (max(1, self.ring_units),), np.dtype(np.int64)),
             ("rewards", (n,), np.dtype(np.float64)),
             ("reward_code", (n,), np.dtype(np.int8)),  # the dtype each env's reward had (REWARD_DTYPES)
             ("terminated", (n,), np.dtype(np.bool_)),
@@ -157,7 +157,7 @@ class BufferSpec:
         # Last, for vecshm.stats: inserted earlier, they moved every frame's offset in the segment, and
         # frames stepped 5% slower (benchmarks/ab_paired.py; the copies' alignment, most likely)
         arrays += [
-            ("done_at", (w,), np.dtype(np.float64)),  # when each worker finished its last command (perf_counter)
+            ("done_at", (w,), np.dtype(np.float64)),  # when each lane finished its last command (perf_counter)
             ("env_stats", (n, STEP_TIME_COLUMNS), np.dtype(np.float64)),  # step times (vecshm.shared.step_times)
         ]
         return SegmentPlan(arrays)
@@ -199,7 +199,7 @@ class Buffers:
         self.turnaround = views["turnaround"]
         self.asleep = views["asleep"]
         self.parent_asleep = views["parent_asleep"]
-        self.unit_worker = views["unit_worker"]
+        self.unit_lane = views["unit_lane"]
         self.rewards = views["rewards"]
         self.reward_code = views["reward_code"]
         self.terminated = views["terminated"]

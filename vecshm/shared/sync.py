@@ -43,7 +43,7 @@ __all__ = [
     "spin_for",
     "yield_core",
     "fence",
-    "ring_sleepers",
+    "wake_sleepers",
     "SLEEPERS_ONLY",
 ]
 
@@ -84,22 +84,22 @@ def fence() -> None:
 class Bell(Protocol):
     """What a waker needs of a doorbell."""
 
-    def ring(self) -> None: ...
+    def wake(self) -> None: ...
 
 
-def ring_sleepers(owners: Iterable[int], bells: Sequence[Bell], words: Sequence[int], asleep: Any) -> None:
+def wake_sleepers(owners: Iterable[int], bells: Sequence[Bell], words: Sequence[int], asleep: Any) -> None:
     """This process's writes made, ring the bell of each of ``owners`` that sleeps on it: owner
     ``k``'s bell is ``bells[k]`` and its asleep word ``asleep[words[k]]`` (``asleep``: the segment's
     array of them). One still spinning finds the writes without the system call."""
     if not SLEEPERS_ONLY:
         for k in owners:
-            bells[k].ring()
+            bells[k].wake()
         return
     fence()  # the writes made before the asleep words are read
     up = asleep.tolist()
     for k in owners:
         if up[words[k]]:
-            bells[k].ring()
+            bells[k].wake()
 
 
 class _Bell:
@@ -129,7 +129,7 @@ class Doorbell(_Bell):
     def waitable(self) -> int:
         return self.fd
 
-    def ring(self) -> None:
+    def wake(self) -> None:
         os.eventfd_write(self.fd, 1)
 
     def take(self) -> int:
@@ -166,7 +166,7 @@ class SocketDoorbell(_Bell):
     def waitable(self) -> socket.socket:
         return self._reader  # connection.wait takes a socket (not its number) on Windows
 
-    def ring(self) -> None:
+    def wake(self) -> None:
         try:
             self._writer.send(b"\x01")
         except (BlockingIOError, InterruptedError):

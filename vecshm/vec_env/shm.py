@@ -101,7 +101,7 @@ class ShmVecEnv(SB3RunVecEnv):
         ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
         dones = terminated | truncated
         flags = dones.tolist()
-        if True not in flags and batch.said_nothing():  # the usual step: no info, no episode ended
+        if True not in flags and batch.infos_empty():  # the usual step: no info, no episode ended
             infos = usual if usual is not None else [{"TimeLimit.truncated": False} for _ in flags]
         else:
             infos = self._infos(batch, ids, terminated, truncated, flags)

@@ -217,7 +217,7 @@ class ShmVectorEnv(RunProperties, gym.vector.VectorEnv):
         """Gymnasium-shaped results of ``batch`` (numpy, or torch tensors for a ``device``; infos stay numpy)."""
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         ended = same_step and bool(batch.terminated.any() or batch.truncated.any())  # (final_info)
-        infos = {} if not ended and batch.said_nothing() else step_infos(batch, same_step, self._all_ids, self)
+        infos = {} if not ended and batch.infos_empty() else step_infos(batch, same_step, self._all_ids, self)
         return (*self._run.step_results(batch, batch.rewards, self.copy), infos)
 
     # -- async batches (EnvPool style) ------------------------------------------------------------

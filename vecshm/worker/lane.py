@@ -1,8 +1,9 @@
-"""One worker of a worker process: what its :class:`~vecshm.worker.runner.EnvRunner` needs, and its
+"""One lane of a worker process: what its :class:`~vecshm.worker.runner.EnvRunner` needs, and its
 end of the process's connection.
 
-A process hosts one worker, or several when commands run env by env (see :mod:`vecshm.parent.plan`);
-each worker has its own command words and its own addressed share of the process's connection.
+A lane is what a command runs on (see :mod:`vecshm.parent.plan`): a process hosts one lane, or
+several when commands run env by env; each lane has its own command words and its own addressed
+share of the process's connection.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = ["Lane", "LaneConnection"]
 
 
 class Connection(Protocol):
-    """A worker's end of its process's connection to the parent (``LaneConnection``)."""
+    """A lane's end of its process's connection to the parent (``LaneConnection``)."""
 
     def send(self, message: Any) -> None: ...
 
@@ -27,9 +28,9 @@ class Connection(Protocol):
 
 
 class Lane(NamedTuple):
-    """One worker of a process (see :mod:`vecshm.parent.plan`): what its :class:`EnvRunner` needs."""
+    """One lane of a process (see :mod:`vecshm.parent.plan`): what its :class:`EnvRunner` needs."""
 
-    worker: int  # the worker's number: its command words in the segment
+    number: int  # the lane's number: its command words in the segment
     env_start: int  # its first env
     conn: Connection
     done_bell: Bell  # the parent's doorbell
@@ -40,14 +41,14 @@ class Lane(NamedTuple):
 
 
 class LaneConnection:
-    """One hosted worker's end of the process's connection: what it sends is addressed to it, and
-    a ``recv`` keeps what arrives for the process's other workers for theirs."""
+    """One lane's end of the process's connection: what it sends is addressed to it, and
+    a ``recv`` keeps what arrives for the process's other lanes for theirs."""
 
-    def __init__(self, conn: ProcessConnection, worker: int, inbox: dict[int, deque[Any]]) -> None:
-        self.conn, self.worker, self.inbox = conn, worker, inbox
+    def __init__(self, conn: ProcessConnection, lane: int, inbox: dict[int, deque[Any]]) -> None:
+        self.conn, self.lane, self.inbox = conn, lane, inbox
 
     def send(self, message: Any) -> None:
-        self.conn.send((self.worker, message))
+        self.conn.send((self.lane, message))
 
     def recv(self) -> Any:
-        return receive_addressed(self.inbox, self.worker, self.conn.recv)
+        return receive_addressed(self.inbox, self.lane, self.conn.recv)

@@ -23,7 +23,7 @@ from vecshm.shared.layout import flatten, one_array, write_leaf
 from vecshm.shared.pickling import dumps
 from vecshm.shared.protocol import Arena, AutoReset, Command, Phase, Rebuilt, RebuiltReset, Status
 from vecshm.shared.step_times import StepTimes
-from vecshm.shared.sync import ring_sleepers
+from vecshm.shared.sync import wake_sleepers
 from vecshm.shared.units import CLAIM
 from vecshm.worker.actions import action_reader
 from vecshm.worker.checks import ObservationError, unwritable_scalars
@@ -45,13 +45,13 @@ class _EnvFailure(Exception):
 class EnvRunner:
     """Runs one command over the worker's envs and publishes the outcome."""
 
-    def __init__(self, spec: Lane, envs: list[gym.Env], buffers: Buffers) -> None:
-        self.spec = spec
+    def __init__(self, lane: Lane, envs: list[gym.Env], buffers: Buffers) -> None:
+        self.lane = lane
         self.envs = envs
         self.buffers = buffers
-        self.start = spec.env_start
-        self.conn = spec.conn
-        self.parent_bell = ((spec.done_bell,), (0,), buffers.parent_asleep)  # (its bell, word, words)
+        self.start = lane.env_start
+        self.conn = lane.conn
+        self.parent_bell = ((lane.done_bell,), (0,), buffers.parent_asleep)  # (its bell, word, words)
         self.obs_space = envs[0].observation_space
         self.action_space = envs[0].action_space
         layout = buffers.spec
@@ -75,14 +75,14 @@ class EnvRunner:
         self.last_obs: list[Any] = [None] * len(envs)  # each env's latest observation, for partial resets
         # NEXT_STEP_AHEAD is NEXT_STEP with an ended episode's reset done once the step is published,
         # while the caller computes its actions, and kept until the next step hands it on.
-        self.reset_ahead = spec.autoreset is AutoReset.NEXT_STEP_AHEAD
-        self.autoreset = AutoReset.NEXT_STEP if self.reset_ahead else spec.autoreset
+        self.reset_ahead = lane.autoreset is AutoReset.NEXT_STEP_AHEAD
+        self.autoreset = AutoReset.NEXT_STEP if self.reset_ahead else lane.autoreset
         self.ahead: dict[int, Any] = {}  # env offset -> (obs, info) of its reset done ahead, or what it raised
         self.piped: dict[tuple[str, int], bytes] = {}
         self.info_columns = ColumnWriter()
-        self.reward_codes = spec.reward_codes
+        self.reward_codes = lane.reward_codes
         self.reward_types: list[type] | None = None  # the types of the rewards whose codes were written last
-        self.step_times = StepTimes(len(envs)) if spec.timed else None  # (vecshm.shared.step_times)
+        self.step_times = StepTimes(len(envs)) if lane.timed else None  # (vecshm.shared.step_times)
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class EnvRunner:
                 observations = self._step_all(self.action_reader(dynamic))
             else:
                 observations = self._reset_all(self.conn.recv())
-            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.spec.worker]), during)
+            unit = self._write_observations(observations, int(self.buffers.obs_slot[self.lane.number]), during)
         except _EnvFailure as failure:
             errors, unit = failure.records, None
         self._publish(seq, errors, unit)
@@ -107,15 +107,21 @@ class EnvRunner:
     def _publish(self, seq: int, errors: list[RemoteError], unit: int | None) -> None:
         """Status, then the ring unit written (the parent takes a batch once its units are named),
         then the command's sequence number, then the bell."""
-        me = self.spec.worker
-        self.buffers.status[me] = Status.ERROR if errors else Status.OK_PIPED_INFOS if self.piped else Status.OK
+        me = self.lane.number
+        if errors:
+            status = Status.ERROR  # the records follow on the socket
+        elif self.piped:
+            status = Status.OK_PIPED_INFOS  # values too large for their arena follow on the socket
+        else:
+            status = Status.OK
+        self.buffers.status[me] = status
         if unit is not None:
-            self.buffers.unit_worker[unit] = me
+            self.buffers.unit_lane[unit] = me
         self.buffers.progress[me] = NO_ENV  # between commands no env runs: a death now names none
         if self.step_times is not None:  # (for the barrier's cost in vecshm.stats)
             self.buffers.done_at[me] = perf_counter()
         self.buffers.done_seq[me] = seq
-        ring_sleepers(ONLY_OWNER, *self.parent_bell)
+        wake_sleepers(ONLY_OWNER, *self.parent_bell)
         # Anything large goes after the bell, so the parent is already reading when we send.
         if errors:
             self.conn.send(errors)
@@ -139,7 +145,7 @@ class EnvRunner:
         info_lengths.fill(INFO_EMPTY)  # (an env that returns an info writes its own)
         final_info_lengths.fill(INFO_EMPTY)
         # (looked up once; the loop is written out: a call per env costs more than a cheap env's step)
-        progress, me, needs_reset, last_obs = self.buffers.progress, self.spec.worker, self.needs_reset, self.last_obs
+        progress, me, needs_reset, last_obs = self.buffers.progress, self.lane.number, self.needs_reset, self.last_obs
         # one command in four is timed, env by env (vecshm.shared.step_times): a clock read per env
         step_times = self.step_times
         clock_readings = step_times.readings_for_command() if step_times is not None else None
@@ -224,12 +230,12 @@ class EnvRunner:
             return
         for offset, env in enumerate(self.envs):
             if self.needs_reset[offset] and offset not in self.ahead:
-                self.buffers.progress[self.spec.worker] = self.start + offset  # named if it hangs or dies
+                self.buffers.progress[self.lane.number] = self.start + offset  # named if it hangs or dies
                 try:
                     self.ahead[offset] = env.reset()
                 except Exception as exc:
                     self.ahead[offset] = exc
-                self.buffers.progress[self.spec.worker] = NO_ENV
+                self.buffers.progress[self.lane.number] = NO_ENV
 
     def _reset_ended(self, offset: int, env: gym.Env) -> tuple[Any, dict[str, Any]]:
         """NEXT_STEP's reset of an ended episode: the one done ahead, else now."""
@@ -246,7 +252,7 @@ class EnvRunner:
         stepped (see :mod:`vecshm.parent.handback.ring`); that unit, if any."""
         b, start = self.buffers, self.start
         if slot == CLAIM:
-            unit = self.spec.claims.claim() if self.spec.claims is not None else None
+            unit = self.lane.claims.claim() if self.lane.claims is not None else None
             if unit is None:
                 bug = RuntimeError("no free unit in the async ring: this is a vecshm bug, please report it")
                 raise _EnvFailure([RemoteError(bug, start, during)])
@@ -310,7 +316,7 @@ class EnvRunner:
             observations.append(UNCHANGED)
             self.ahead.pop(offset, None)  # a reset done ahead is superseded by this one
             try:
-                b.progress[self.spec.worker] = index
+                b.progress[self.lane.number] = index
                 if type(request) is Rebuilt:
                     obs, info = self._rebuilt(offset, env, request)
                 elif type(request) is RebuiltReset:

@@ -1,8 +1,8 @@
 """Rare calls on some envs (``get_attr``, ``env_method``, ``render``, ...): pickled over the sockets.
 
 They never touch the step path: the command's trip (:class:`~vecshm.parent.core.commands.Commands`)
-starts a ``CALL`` command for the workers hosting the envs with the arguments on each worker's
-socket, and each worker answers on it, which this module reads.
+starts a ``CALL`` command for the lanes hosting the envs with the arguments on each lane's
+socket, and each lane answers on it, which this module reads.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def call(engine: Engine, op: CallOp, env_ids: Sequence[int], *args: Any) -> list
 
 def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple | Pickled) -> list[bytes]:
     """:func:`call` for a process that only passes arguments and results on (a Ray actor): the
-    arguments may come still pickled (:class:`~vecshm.shared.pickling.Pickled`, loaded by the workers),
-    and each env's result is returned as its worker pickled it."""
+    arguments may come still pickled (:class:`~vecshm.shared.pickling.Pickled`, loaded by the lanes),
+    and each env's result is returned as its lane pickled it."""
     engine.check_usable()
     n = engine.num_envs
     ids = [int(i) for i in env_ids]
@@ -40,22 +40,22 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
     ids = [i % n for i in ids]  # negative indices count from the end, as in a list
     by_worker: dict[int, list[int]] = {}
     for i in ids:
-        by_worker.setdefault(int(engine.plan.env_worker[i]), []).append(i)
-    workers = np.array(sorted(by_worker), dtype=np.int64)
-    if len(workers) == 0:
+        by_worker.setdefault(int(engine.plan.env_lane[i]), []).append(i)
+    lanes = np.array(sorted(by_worker), dtype=np.int64)
+    if len(lanes) == 0:
         return []
     during = Phase.of_call(op)
-    engine.commands.call(workers, {w: (op, by_worker[w], args) for w in by_worker}, during)
+    engine.commands.call(lanes, {lane: (op, by_worker[lane], args) for lane in by_worker}, during)
     deadline = None if engine.timeout is None else time.monotonic() + engine.timeout
     results: dict[int, bytes] = {}
     records = []
     try:
-        for w in workers.tolist():
-            kind, payload = engine.pool.recv(w, deadline, during)
+        for lane in lanes.tolist():
+            kind, payload = engine.pool.recv(lane, deadline, during)
             if kind == Message.ERROR:
                 records += payload
             else:
-                results.update(zip(by_worker[w], payload))  # pickled one by one (pickling.dumps)
+                results.update(zip(by_worker[lane], payload))  # pickled one by one (pickling.dumps)
     except VecShmError as failure:
         engine.fail(failure)
         raise

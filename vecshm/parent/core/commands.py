@@ -1,33 +1,33 @@
 """A command's whole trip, from "actions written" to "results in hand", written once.
 
-Every command the parent sends (a step, a reset, a call; of every worker, as a whole batch, or of
+Every command the parent sends (a step, a reset, a call; of every lane, as a whole batch, or of
 a few, as an async batch) travels the same way, and :class:`Commands` is the one owner of it:
 
-1. **start** (:meth:`Commands.step`, :meth:`Commands.reset`, :meth:`Commands.call`): each worker's
+1. **start** (:meth:`Commands.step`, :meth:`Commands.reset`, :meth:`Commands.call`): each lane's
    command word is written and its doorbell rung (:class:`~vecshm.parent.control.ControlWords`,
    which returns the command's :class:`~vecshm.parent.control.Ticket`), then what the command needs
-   beside the segment goes on the worker's socket (a step's dynamic action leaves, a reset's
+   beside the segment goes on the socket of the lane's process (a step's dynamic action leaves, a reset's
    keywords, a call's arguments);
-2. **wait** (:meth:`Commands.collect`): until ``ready`` names finished workers of the ticket, after a
+2. **wait** (:meth:`Commands.collect`): until ``ready`` names finished lanes of the ticket, after a
    short bounded spin (:class:`~vecshm.parent.core.waiting.Waiter`);
-3. **collect**: read what the finished workers left on their sockets (an env's error raises here,
+3. **collect**: read what the finished lanes left on their processes' sockets (an env's error raises here,
    and an error the vec env cannot recover from fails it first), and return them with those extras.
 
-Who asks decides only which workers run and where their observations land: a whole batch
-(:class:`~vecshm.parent.core.run.VecRun`) starts every worker and collects them all, async batches
-(:class:`~vecshm.parent.core.batching.AsyncBatches`) start the workers whose envs have actions and
+Who asks decides only which lanes run and where their observations land: a whole batch
+(:class:`~vecshm.parent.core.run.VecRun`) starts every lane and collects them all, async batches
+(:class:`~vecshm.parent.core.batching.AsyncBatches`) start the lanes whose envs have actions and
 collect the first to finish. Each makes its :class:`~vecshm.parent.handback.results.Batch` from
 what :meth:`Commands.collect` returns.
 
-A worker's death hooks in at four named points of the trip, where the failure policy
+A worker process's death hooks in at four named points of the trip, where the failure policy
 (:mod:`vecshm.parent.core.restart`) is asked and answers with values, never by calling back:
 
-- *a step of workers rebuilt while idle* (:meth:`FailurePolicy.take_rebuilt`): the resets those
-  workers get instead, which this module sends;
-- *a worker found dead when sent its message* (:meth:`FailurePolicy.forgives`): whether the next
+- *a step of lanes rebuilt while idle* (:meth:`FailurePolicy.take_rebuilt`): the resets those
+  lanes get instead, which this module sends;
+- *a lane whose process is found dead when sent its message* (:meth:`FailurePolicy.forgives`): whether the next
   wait will replace it;
 - *a death seen in a wait* (:meth:`FailurePolicy.on_death`): raise, or the resets the rebuilt
-  worker's envs get, which this module sends before the wait goes on with the renewed ticket;
+  lane's envs get, which this module sends before the wait goes on with the renewed ticket;
 - and *results collected* (:meth:`FailurePolicy.ended`, :meth:`FailurePolicy.seen`): the lost
   episodes that end now, and what a later restart would need.
 """
@@ -43,7 +43,7 @@ from vecshm.parent.control import ControlWords, Ready, Ticket
 from vecshm.parent.core.health import Health
 from vecshm.parent.core.restart import FailurePolicy, Redo
 from vecshm.parent.core.waiting import Waiter
-from vecshm.parent.handback.extras import NO_EXTRAS, Collected, Extras, new_collected
+from vecshm.parent.handback.extras import NO_SIDE_RESULTS, CollectedLanes, SideResults, new_collected_lanes
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.shared.errors import VecShmError, WorkerDiedError, remote_errors
@@ -55,7 +55,7 @@ _OK = int(Status.OK)  # compared as a plain int: NumPy is slow to compare arrays
 
 
 class Commands:
-    """Starts commands on workers and carries each to its collected results (see the module)."""
+    """Starts commands on lanes and carries each to its collected results (see the module)."""
 
     def __init__(
         self,
@@ -73,59 +73,59 @@ class Commands:
 
     # -- start ------------------------------------------------------------------------------------
 
-    def step(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
-        """Step ``workers`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
-        Workers rebuilt while idle are sent their envs' resets instead (the policy's ``take_rebuilt``)."""
+    def step(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
+        """Step ``lanes`` on the actions written for their envs; their dynamic leaves leave ``dynamic``.
+        Lanes rebuilt while idle are sent their envs' resets instead (the policy's ``take_rebuilt``)."""
         policy = self.policy
-        if policy.rebuilt and not policy.rebuilt.isdisjoint(workers.tolist()):
-            return self._step_with_rebuilt(workers, slot, dynamic)
-        ticket = self.words.submit(Command.STEP, workers, slot, Phase.STEP)
+        if policy.rebuilt and not policy.rebuilt.isdisjoint(lanes.tolist()):
+            return self._step_with_rebuilt(lanes, slot, dynamic)
+        ticket = self.words.submit(Command.STEP, lanes, slot, Phase.STEP)
         if dynamic is not None:
-            for w in workers.tolist():
-                self._send(w, {i: dynamic.pop(i) for i in range(*self.plan.worker_slices[w])}, Phase.STEP)
+            for lane in lanes.tolist():
+                self._send(lane, {i: dynamic.pop(i) for i in range(*self.plan.lane_slices[lane])}, Phase.STEP)
         return ticket
 
-    def _step_with_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
-        """The step of ``workers``, the rebuilt among them reset instead (their actions dropped); one
+    def _step_with_rebuilt(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
+        """The step of ``lanes``, the rebuilt among them reset instead (their actions dropped); one
         ticket for all."""
-        redone = self.policy.take_rebuilt(workers, slot, dynamic)
+        redone = self.policy.take_rebuilt(lanes, slot, dynamic)
         for redo in redone:
             self._redo(redo)
-        reset = {redo.worker for redo in redone}
-        others = np.array([w for w in workers.tolist() if w not in reset], dtype=np.int64)
+        reset = {redo.lane for redo in redone}
+        others = np.array([lane for lane in lanes.tolist() if lane not in reset], dtype=np.int64)
         if len(others):
             self.step(others, slot, dynamic)
-        return self.words.ticket(workers, slot, Phase.STEP, time.monotonic())
+        return self.words.ticket(lanes, slot, Phase.STEP, time.monotonic())
 
-    def reset(self, requests: list[dict[str, Any] | None], slot: int, workers: np.ndarray) -> Ticket:
-        """Start a reset of ``workers``; ``requests[i]``: env ``i``'s ``reset`` keywords (as the
+    def reset(self, requests: list[dict[str, Any] | None], slot: int, lanes: np.ndarray) -> Ticket:
+        """Start a reset of ``lanes``; ``requests[i]``: env ``i``'s ``reset`` keywords (as the
         facade's peer passes them), or None to keep its observation (rewritten into ``slot``)."""
         if self.policy.rebuilt:
-            requests = self.policy.reset_rebuilt(workers, requests)
-        ticket = self.words.submit(Command.RESET, workers, slot, Phase.RESET)
-        for w in workers.tolist():
-            self._send(w, requests[slice(*self.plan.worker_slices[w])], Phase.RESET)
+            requests = self.policy.reset_rebuilt(lanes, requests)
+        ticket = self.words.submit(Command.RESET, lanes, slot, Phase.RESET)
+        for lane in lanes.tolist():
+            self._send(lane, requests[slice(*self.plan.lane_slices[lane])], Phase.RESET)
         return ticket
 
-    def call(self, workers: np.ndarray, messages: dict[int, Any], during: Phase) -> None:
-        """Start a rare call on ``workers``; each answers ``messages[w]`` on its socket
+    def call(self, lanes: np.ndarray, messages: dict[int, Any], during: Phase) -> None:
+        """Start a rare call on ``lanes``; each answers ``messages[lane]`` on its socket
         (:mod:`vecshm.parent.core.calls` reads the answers)."""
-        self.words.submit(Command.CALL, workers, 0, during)
-        for w in workers.tolist():
-            self._send(w, messages[w], during)
+        self.words.submit(Command.CALL, lanes, 0, during)
+        for lane in lanes.tolist():
+            self._send(lane, messages[lane], during)
 
     def _redo(self, redo: Redo) -> None:
-        """Send a rebuilt worker its envs' resets (the policy's answer), into ``redo.slot``."""
+        """Send a rebuilt lane its envs' resets (the policy's answer), into ``redo.slot``."""
         every_env: list[Any] = [None] * self.plan.num_envs
-        every_env[slice(*self.plan.worker_slices[redo.worker])] = redo.requests
-        self.reset(every_env, redo.slot, np.array([redo.worker]))
+        every_env[slice(*self.plan.lane_slices[redo.lane])] = redo.requests
+        self.reset(every_env, redo.slot, np.array([redo.lane]))
 
-    def _send(self, w: int, message: Any, during: Phase) -> None:
-        """Send worker ``w`` what its command needs. A worker that died while idle has closed its
-        end: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
+    def _send(self, lane: int, message: Any, during: Phase) -> None:
+        """Send ``lane`` what its command needs. A lane whose process died while idle finds its
+        end closed: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
         failure policy will replace it at the next wait, which gives its envs a reset of their own."""
         try:
-            self.pool.send(w, message, during)
+            self.pool.send(lane, message, during)
         except WorkerDiedError as error:
             if self.policy.forgives(error, during):
                 return
@@ -134,11 +134,11 @@ class Commands:
 
     # -- wait and collect -------------------------------------------------------------------------
 
-    def collect(self, ticket: Ticket, timeout: float | None = None, ready: Ready | None = None) -> Collected:
-        """Wait until ``ready`` names finished workers of ``ticket`` (default: all of them; or the
+    def collect(self, ticket: Ticket, timeout: float | None = None, ready: Ready | None = None) -> CollectedLanes:
+        """Wait until ``ready`` names finished lanes of ``ticket`` (default: all of them; or the
         first few, or the ring's units written), then read their sockets (errors raise); those
-        workers, with their extras. ``timeout`` (None: the vec env's) bounds the wait. A restarted
-        worker's envs end their lost episode once its reset is collected (maybe later)."""
+        lanes, with their extras. ``timeout`` (None: the vec env's) bounds the wait. A restarted
+        lane's envs end their lost episode once its reset is collected (maybe later)."""
         policy = self.policy
         try:
             done, ticket = self.waiter.wait(
@@ -154,29 +154,29 @@ class Commands:
             raise
         if policy.watches_results:
             policy.seen(self.plan.env_ids_of(done), piped)
-        return new_collected((done, Extras(piped, restarted) if piped or restarted else NO_EXTRAS))
+        return new_collected_lanes((done, SideResults(piped, restarted) if piped or restarted else NO_SIDE_RESULTS))
 
     def _on_death(self, p: int, ticket: Ticket, deadline: float | None) -> Ticket:
         """Process ``p`` died during ``ticket``'s command: the policy raises, or rebuilds it and
-        names the resets its unfinished workers get; the ticket then expects those."""
+        names the resets its unfinished lanes get; the ticket then expects those."""
         for redo in self.policy.on_death(p, ticket, deadline):
             self._redo(redo)
-            ticket = self.words.renewed(ticket, redo.worker)
+            ticket = self.words.renewed(ticket, redo.lane)
         return ticket
 
     def _gather(self, done: np.ndarray, during: Phase) -> dict[tuple[Any, int], bytes]:
-        """Read what finished workers left on their sockets: piped values (returned), or an env's error."""
+        """Read what finished lanes left on their sockets: piped values (returned), or an env's error."""
         statuses = self.words.statuses(done)
         if statuses.count(_OK) == len(statuses):
             return {}
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         piped: dict[tuple[Any, int], bytes] = {}
         records = []
-        for w, status in zip(done.tolist(), statuses):
+        for lane, status in zip(done.tolist(), statuses):
             if status == Status.OK_PIPED_INFOS:
-                piped.update(self.pool.recv(w, deadline, during))
+                piped.update(self.pool.recv(lane, deadline, during))
             elif status == Status.ERROR:
-                records += self.pool.recv(w, deadline, during)
+                records += self.pool.recv(lane, deadline, during)
         if records:
             raise remote_errors(records)
         return piped

@@ -104,7 +104,7 @@ class Engine:
         self.nbytes = self.spec.plan().size
         self.slots = ObservationSlots(self.buffers, options.lend_min_bytes)
         self.reader = ResultReader(self.buffers, self.observation_space, options.batch_dynamic)
-        ring = (self.pool.claims, self.buffers, plan.num_workers, options.restarts)  # (restarts: keep latest units)
+        ring = (self.pool.claims, self.buffers, plan.num_lanes, options.restarts)  # (restarts: keep latest units)
         self.ring = UnitRing(*ring) if self.spec.ring_units else None
         self.actions = ActionWriter(self.action_space, self.spec, self.buffers)  # checks and writes actions
         self.waiter = Waiter(

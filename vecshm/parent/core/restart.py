@@ -1,4 +1,4 @@
-"""What a worker's death does: fail the vec env (the default), or rebuild the worker.
+"""What a worker process's death does: fail the vec env (the default), or rebuild the process.
 
 :meth:`vecshm.parent.core.waiting.Waiter.wait` hands each process that died during a wait to the policy's
 ``on_death``, as a value. :class:`RaiseOnFailure` raises ``WorkerDiedError`` naming the envs.
@@ -6,8 +6,8 @@
 factories, maps it to the segment, and resets its envs; their lost episodes end as truncated
 once that reset is collected, with the last observation the parent saw (docs/reliability.md).
 Both are a :class:`FailurePolicy`: a command's trip (:mod:`vecshm.parent.core.commands`) asks it at
-named points (a death seen in a wait, a worker found dead when sent a message, a step or reset of
-workers rebuilt while idle, results collected), and has no other branches for restarts. The policy
+named points (a death seen in a wait, a lane found dead when sent a message, a step or reset of
+lanes rebuilt while idle, results collected), and has no other branches for restarts. The policy
 sends no command itself: it answers with the resets to send (:class:`Redo` values), and the trip
 sends them.
 """
@@ -51,10 +51,10 @@ REDONE = None  # in ``restarting``: the env's reset was redone (a :class:`Rebuil
 
 
 class Redo(NamedTuple):
-    """A rebuilt worker's envs' resets, for the command's trip to send: ``requests``, one per env
-    of ``worker``, into ``slot`` (where the lost command was writing, or the step's)."""
+    """A rebuilt lane's envs' resets, for the command's trip to send: ``requests``, one per env
+    of ``lane``, into ``slot`` (where the lost command was writing, or the step's)."""
 
-    worker: int
+    lane: int
     requests: list[Any]
     slot: int
 
@@ -80,7 +80,7 @@ class FailurePolicy(Protocol):
 
     @property
     def rebuilt(self) -> AbstractSet[int]:
-        """Workers rebuilt while idle: their next command resets their envs."""
+        """Lanes rebuilt while idle: their next command resets their envs."""
         ...
 
     @property
@@ -90,20 +90,20 @@ class FailurePolicy(Protocol):
 
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> list[Redo]:
         """Process ``p`` died during ``ticket``'s command: raise, or rebuild it and name the resets
-        its workers whose command was unfinished get."""
+        its lanes whose command was unfinished get."""
         ...
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
-        """Whether a worker found dead when sent a message is left for the next wait to replace."""
+        """Whether a lane found dead when sent a message is left for the next wait to replace."""
         ...
 
-    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
-        """A step of ``workers`` into ``slot``, some of them ``rebuilt``: the resets those get
+    def take_rebuilt(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
+        """A step of ``lanes`` into ``slot``, some of them ``rebuilt``: the resets those get
         instead (no longer ``rebuilt``; their dynamic action leaves dropped from ``dynamic``)."""
         ...
 
-    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
-        """A reset's ``requests``, those of ``rebuilt`` workers' envs marked as ending their lost episodes."""
+    def reset_rebuilt(self, lanes: np.ndarray, requests: list[Any]) -> list[Any]:
+        """A reset's ``requests``, those of ``rebuilt`` lanes' envs marked as ending their lost episodes."""
         ...
 
     def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
@@ -116,10 +116,10 @@ class FailurePolicy(Protocol):
 
 
 class RaiseOnFailure:
-    """The default policy: a dead worker fails the vec env, whatever it was doing."""
+    """The default policy: a dead process fails the vec env, whatever it was doing."""
 
     restarting: Mapping[int, Any] = MappingProxyType({})  # never filled: no episode waits to be ended
-    rebuilt: frozenset[int] = frozenset()  # never filled: no worker waits for its envs' resets
+    rebuilt: frozenset[int] = frozenset()  # never filled: no lane waits for its envs' resets
     watches_results = False
 
     def __init__(self, pool: ProcessPool) -> None:
@@ -132,10 +132,10 @@ class RaiseOnFailure:
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
         return False
 
-    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
+    def take_rebuilt(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
         raise AssertionError("no worker is ever rebuilt under this policy")  # pragma: no cover
 
-    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
+    def reset_rebuilt(self, lanes: np.ndarray, requests: list[Any]) -> list[Any]:
         return requests
 
     def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
@@ -148,8 +148,8 @@ class RaiseOnFailure:
 class RestartWorkers:
     """Rebuild a dead worker process from its env factories; its envs' lost episodes end as truncated.
 
-    A process hosts one worker, or (async batches that take commands env by env) several. Of a dead
-    process's workers, those whose command was in flight and unfinished get their envs' resets at
+    A process hosts one lane, or (async batches that take commands env by env) several. Of a dead
+    process's lanes, those whose command was in flight and unfinished get their envs' resets at
     once (:meth:`on_death` names them, the command's trip sends them), into the slot or ring unit
     their command was writing. The others were idle, or had published their results: they are
     ``rebuilt``, and their next step is that reset instead (:meth:`take_rebuilt`), once the caller
@@ -177,7 +177,7 @@ class RestartWorkers:
         self.episode_over = np.zeros(parts.plan.num_envs, dtype=bool) if self.hold_reset else None
         self.watches_results = self.keeps_piped_obs or self.hold_reset
         self.restarting: dict[int, Any] = {}
-        self.rebuilt: set[int] = set()  # workers rebuilt while idle: their next step resets them instead
+        self.rebuilt: set[int] = set()  # lanes rebuilt while idle: their next step resets them instead
         self.counts: dict[int, int] = {}  # restarts per process
         self._last_piped_obs: dict[tuple[Any, int], bytes] = {}  # the dynamic leaves a last observation may need
 
@@ -188,7 +188,7 @@ class RestartWorkers:
         return self.ring
 
     def on_death(self, p: int, ticket: Ticket, deadline: float | None) -> list[Redo]:
-        """Replace dead process ``p``; the resets its workers whose command was unfinished get,
+        """Replace dead process ``p``; the resets its lanes whose command was unfinished get,
         into the slot (or ring) that command was writing."""
         during = ticket.phase
         if not during.runs_envs:
@@ -204,55 +204,55 @@ class RestartWorkers:
             RuntimeWarning,
             stacklevel=7,  # (the facade's call: through the trip's hook, the wait, the collect, the run)
         )
-        lanes = range(*self.plan.lanes[p])
-        expected = dict(zip(ticket.workers.tolist(), ticket.expected.tolist()))
-        unfinished = [w for w in lanes if w in expected and not self.words.done(w, expected[w])]
-        self.rebuilt.update(w for w in lanes if w not in unfinished)
+        lanes = range(*self.plan.process_lanes[p])
+        expected = dict(zip(ticket.lanes.tolist(), ticket.expected.tolist()))
+        unfinished = [lane for lane in lanes if lane in expected and not self.words.done(lane, expected[lane])]
+        self.rebuilt.update(lane for lane in lanes if lane not in unfinished)
         self.waiter.unwatch(process.sentinel)
         if unfinished and ticket.slot == CLAIM:  # one may have claimed a ring unit it never wrote
-            self._recover_claims(p, ticket.workers, expected, deadline)
+            self._recover_claims(p, ticket.lanes, expected, deadline)
         # (read before the resets move them) a reset in flight loses no episode: it is redone
-        requests = {w: self._requests(w, *self.words.last_command(w)) for w in unfinished}
+        requests = {lane: self._requests(lane, *self.words.last_command(lane)) for lane in unfinished}
         self.pool.restart(p, deadline)
         self.waiter.watch_process(p)
-        return [Redo(w, requests[w], self.words.slot(w)) for w in unfinished]
+        return [Redo(lane, requests[lane], self.words.slot(lane)) for lane in unfinished]
 
-    def take_rebuilt(self, workers: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
-        """A step of ``workers`` into ``slot``: the ``rebuilt`` among them get their envs' resets
+    def take_rebuilt(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> list[Redo]:
+        """A step of ``lanes`` into ``slot``: the ``rebuilt`` among them get their envs' resets
         instead, into that slot (their actions are dropped), and are no longer ``rebuilt``."""
         redone = []
-        for w in sorted(self.rebuilt.intersection(workers.tolist())):
-            self.rebuilt.discard(w)
+        for lane in sorted(self.rebuilt.intersection(lanes.tolist())):
+            self.rebuilt.discard(lane)
             if dynamic is not None:
-                for i in self.plan.worker_envs(w):
+                for i in self.plan.lane_envs(lane):
                     dynamic.pop(i, None)
-            redone.append(Redo(w, self._requests(w, self.words.slot(w), False), slot))
+            redone.append(Redo(lane, self._requests(lane, self.words.slot(lane), False), slot))
         return redone
 
-    def reset_rebuilt(self, workers: np.ndarray, requests: list[Any]) -> list[Any]:
-        """``requests`` of a reset of ``workers``, where those ``rebuilt`` reset every env (their
+    def reset_rebuilt(self, lanes: np.ndarray, requests: list[Any]) -> list[Any]:
+        """``requests`` of a reset of ``lanes``, where those ``rebuilt`` reset every env (their
         lost episodes end there; ``worker_restarted`` in the reset's info says so)."""
         requests = list(requests)
-        for w in self.rebuilt.intersection(workers.tolist()):
-            self.rebuilt.discard(w)
-            for i in self.plan.worker_envs(w):
+        for lane in self.rebuilt.intersection(lanes.tolist()):
+            self.rebuilt.discard(lane)
+            for i in self.plan.lane_envs(lane):
                 requests[i] = RebuiltReset(requests[i] or {})
                 self.restarting[i] = REDONE
         return requests
 
-    def _requests(self, w: int, last_slot: int, redo_reset: bool) -> list[Any]:
-        """Worker ``w``'s rebuilt envs' reset requests, whose last results (those the caller saw)
+    def _requests(self, lane: int, last_slot: int, redo_reset: bool) -> list[Any]:
+        """Lane ``lane``'s rebuilt envs' reset requests, whose last results (those the caller saw)
         went to ``last_slot``; the lost episodes are ended (``restarting``). ``redo_reset``: the
         command lost was a reset, which is redone (without its seed), and no episode was lost."""
-        redo_reset = redo_reset or (last_slot == CLAIM and self._ring.latest[w] < 0)  # (no ring result seen yet)
+        redo_reset = redo_reset or (last_slot == CLAIM and self._ring.latest[lane] < 0)  # (no ring result seen yet)
         requests: list[Any] = []
-        for k, i in enumerate(self.plan.worker_envs(w)):
+        for k, i in enumerate(self.plan.lane_envs(lane)):
             if redo_reset or (self.episode_over is not None and self.episode_over[i]):
                 self.restarting[i] = REDONE  # (NEXT_STEP: the reset its step was due to do)
                 requests.append(RebuiltReset({}))
                 continue
-            if last_slot == CLAIM:  # the unit the ring keeps for the worker's latest results
-                arrays, row = self.buffers.ring, self._ring.latest[w] * self._ring.unit_rows + k
+            if last_slot == CLAIM:  # the unit the ring keeps for the lane's latest results
+                arrays, row = self.buffers.ring, self._ring.latest[lane] * self._ring.unit_rows + k
             else:
                 arrays, row = self.buffers.obs_slots[last_slot], i
             last = self.reader.observation_in(arrays, row, i, self._last_piped_obs)
@@ -260,16 +260,18 @@ class RestartWorkers:
             requests.append({} if self.same_step else Rebuilt(last, self.hold_reset))
         return requests
 
-    def _recover_claims(self, p: int, workers: np.ndarray, expected: dict[int, int], deadline: float | None) -> None:
-        """Once no live worker of the command can claim a ring unit any more, give back first the
-        units claimed but never written (by ``p``'s workers, which died between the two), so that
-        the restarted workers' claims fill them and the ring keeps its order."""
+    def _recover_claims(self, p: int, lanes: np.ndarray, expected: dict[int, int], deadline: float | None) -> None:
+        """Once no live lane of the command can claim a ring unit any more, give back first the
+        units claimed but never written (by ``p``'s lanes, which died between the two), so that
+        the restarted lanes' claims fill them and the ring keeps its order."""
         process_of, processes = self.plan.process_of, self.pool.processes
-        others = [w for w in workers.tolist() if process_of[w] != p]
-        with self.waiter.asleep():  # (the workers ring the done bell)
+        others = [lane for lane in lanes.tolist() if process_of[lane] != p]
+        with self.waiter.asleep():  # (the lanes' processes ring the done bell)
             while True:
                 running = [
-                    w for w in others if not self.words.done(w, expected[w]) and processes[process_of[w]].is_alive()
+                    lane
+                    for lane in others
+                    if not self.words.done(lane, expected[lane]) and processes[process_of[lane]].is_alive()
                 ]
                 if not running:
                     break
@@ -281,11 +283,11 @@ class RestartWorkers:
         self._ring.recover_claims()
 
     def forgives(self, error: WorkerDiedError, during: Phase) -> bool:
-        """A worker that died while idle is replaced at the next wait, which resets its envs."""
+        """A lane that died while idle is replaced at the next wait, which resets its envs."""
         return during.runs_envs
 
     def ended(self, env_ids: np.ndarray, during: Phase) -> dict[int, Any]:
-        """The envs of ``env_ids`` whose worker was restarted for this command (their reset is now
+        """The envs of ``env_ids`` whose lane was restarted for this command (their reset is now
         collected), with the last observation of their lost episode, which ends as truncated (or
         ``REDONE``: a reset redone, no episode lost)."""
         arrived = {i: self.restarting.pop(i) for i in env_ids.tolist() if i in self.restarting}

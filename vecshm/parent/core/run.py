@@ -11,12 +11,12 @@ Python layer writes send/recv/step/reset once for every API flavour:
 - calls on some envs (:meth:`VecRun.call`), and what a caller may inspect.
 
 Both kinds of batch travel the same trip (:class:`~vecshm.parent.core.commands.Commands`: start,
-wait, collect); a run only chooses which workers run and where their observations land. A whole
-batch is not ``send`` + ``recv`` of every env, for two reasons: it knows that every worker runs and
-every worker finishes, so it needs none of the async batches' per-env bookkeeping (which envs the
-caller holds, actions staged for a worker's other envs, the ring's units, checked env ids) and its
+wait, collect); a run only chooses which lanes run and where their observations land. A whole
+batch is not ``send`` + ``recv`` of every env, for two reasons: it knows that every lane runs and
+every lane finishes, so it needs none of the async batches' per-env bookkeeping (which envs the
+caller holds, actions staged for a lane's other envs, the ring's units, checked env ids) and its
 command words are written as whole arrays; and its observations go to a slot that stays lent
-until the caller lets go of the arrays, where async batches lend ring units in the order workers
+until the caller lets go of the arrays, where async batches lend ring units in the order lanes
 finish. Async batches of every env (``batch_size=num_envs``) are the ``send`` + ``recv`` shape.
 
 It owns the engine, its async batches, the outputs (numpy arrays, or torch tensors for a
@@ -62,7 +62,7 @@ class Runtime:
     """How a vec env runs, as decided when it started: ``start_method`` and ``transport``
     (``"native"`` or ``"portable"``, see docs/design.md); ``worker_cores``: each process's cores
     (None: not pinned); ``nbytes``: the shared segment's size; ``ring``: whether async batches
-    lend the observation rows the workers wrote (else they are copied; docs/design.md)."""
+    lend the observation rows the lanes wrote (else they are copied; docs/design.md)."""
 
     start_method: str
     transport: str
@@ -72,10 +72,10 @@ class Runtime:
 
 
 class VecRun:
-    """The workers of one vec env, and the commands, batches and calls a facade sends them."""
+    """The lanes of one vec env, and the commands, batches and calls a facade sends them."""
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], options: Mapping[str, Any], **rules: Any) -> None:
-        """Start the workers, the async batches and the outputs; nothing is left running if any fails.
+        """Start the lanes, the async batches and the outputs; nothing is left running if any fails.
 
         ``options``: vecshm's options as the facade's caller gave them, checked and completed
         (:func:`vecshm.options.resolved`); ``rules``: what the facade itself asks of the engine,
@@ -97,7 +97,7 @@ class VecRun:
             self._batches = AsyncBatches(engine, batch_size)
             # (vecshm.stats: counted from here where asked for; None: nothing counted, nothing paid)
             self._stats = RunStats(engine) if engine_options.stats else None
-            # after the workers started: none may inherit CUDA
+            # after the lanes started: none may inherit CUDA
             self.outputs, self._registration = build_outputs(target, pin, engine.buffers.mapping)
         except BaseException:
             engine.close()
@@ -107,7 +107,7 @@ class VecRun:
         self.num_envs: int = engine.num_envs
         self.observation_space: gym.Space = engine.observation_space  # env 0's (each env's: ``env_spaces``)
         self.action_space: gym.Space = engine.action_space
-        self.env_spaces: list[tuple[gym.Space, gym.Space]] = engine.env_spaces  # as each worker reported them
+        self.env_spaces: list[tuple[gym.Space, gym.Space]] = engine.env_spaces  # as each lane reported them
         self.plan: VecEnvPlan = engine.plan
         self.start_method: str = engine.start_method
         self.nbytes: int = engine.nbytes  # the shared segment's size
@@ -137,15 +137,15 @@ class VecRun:
             self._batches.forget_staged()
         engine = self._engine
         dynamic = engine.actions.write(actions)
-        if engine.balance.active:  # every worker runs at once: every core for them
+        if engine.balance.active:  # every lane runs at once: every core for them
             engine.balance.release()
         free = engine.slots.free  # (ObservationSlots.acquire inline, on the step path)
-        self._pending = engine.commands.step(engine.plan.all_workers, free.pop() if lend and free else 0, dynamic)
+        self._pending = engine.commands.step(engine.plan.all_lanes, free.pop() if lend and free else 0, dynamic)
         stats = self._stats
         if engine.hand_over_core:
             if stats is None:
                 yield_core()
-            else:  # (the core given to a worker: a wait for the workers)
+            else:  # (the core given to a lane: a wait for the lanes)
                 handed = perf_counter()
                 yield_core()
                 stats.handed_over += perf_counter() - handed
@@ -160,10 +160,10 @@ class VecRun:
         if self._batches.has_staged:
             self._batches.forget_staged()
         engine = self._engine
-        if engine.balance.active:  # every worker runs at once: every core for them
+        if engine.balance.active:  # every lane runs at once: every core for them
             engine.balance.release()
         slot = engine.slots.acquire() if lend else 0
-        self._pending = engine.commands.reset(list(requests), slot, engine.plan.all_workers)
+        self._pending = engine.commands.reset(list(requests), slot, engine.plan.all_lanes)
         if self._stats is not None:
             self._stats.handed_back()
 
@@ -181,7 +181,7 @@ class VecRun:
         if self._stats is not None:
             self._stats.entered()
         engine, slot = self._engine, ticket.slot
-        lent = engine.slots.lend(slot) if slot > 0 else None  # made while the workers run, not after
+        lent = engine.slots.lend(slot) if slot > 0 else None  # made while the lanes run, not after
         try:
             collected = engine.commands.collect(ticket, timeout)
         except BaseException:
@@ -278,7 +278,7 @@ class VecRun:
             self._health.check_usable()
 
     def close(self) -> None:
-        """Finish the copies in flight, unregister the segment, then stop the workers (in that
+        """Finish the copies in flight, unregister the segment, then stop the lanes (in that
         order: a registration must be undone while its memory is still mapped)."""
         self._pending = None
         try:
@@ -310,7 +310,7 @@ class VecRun:
         """The last point of a command's trip: a facade hands ``results``, shaped as its peer
         shapes them, to its caller (``step_wait``, ``reset``, ``recv``). The caller's time starts
         here (:mod:`vecshm.stats`: the vec env's own work ends once the results are shaped, not
-        when the workers' results were collected)."""
+        when the lanes' results were collected)."""
         if self._stats is not None:
             self._stats.handed_back()
         return results
@@ -318,12 +318,12 @@ class VecRun:
     @property
     def processes(self) -> list[Any]:
         """The worker processes (``multiprocessing.Process``), one per process of the plan; a
-        restarted worker's new process replaces its old one."""
+        restarted lane's new process replaces its old one."""
         return list(self._engine.pool.processes)
 
     @property
     def observer(self) -> WaitObserver | None:
-        """An object told of every wait for workers, and every sleep within one (None: none); see
+        """An object told of every wait for lanes, and every sleep within one (None: none); see
         :class:`vecshm.parent.core.waiting.WaitObserver`. For benchmarks and profilers: the step path checks
         for it once per wait."""
         return self._engine.waiter.observer

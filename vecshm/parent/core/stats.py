@@ -147,7 +147,7 @@ class RunStats:
         engine, now = self.engine, perf_counter()
         outside = self.outside + (now - self.outside_since if self.outside_since is not None else 0.0)
         buffers, plan = engine.buffers, engine.plan
-        firsts = [first for first, _ in plan.lanes]
+        firsts = [first for first, _ in plan.process_lanes]
         busy = (buffers.busy - self.busy_before)[firsts]
         barrier, last_to_finish = self.barrier()
         return VecStats.build(
@@ -163,7 +163,7 @@ class RunStats:
             whole_steps=self.whole_steps,
             barrier_mean=barrier,
             last_to_finish=[
-                ((plan.worker_slices[w][0], plan.worker_slices[w][1]), count)
+                ((plan.lane_slices[w][0], plan.lane_slices[w][1]), count)
                 for w, count in enumerate(last_to_finish)
                 if count
             ],

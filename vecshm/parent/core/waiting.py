@@ -1,8 +1,8 @@
-"""Waiting for workers: a bounded spin, then a sleep that a dead worker or a deadline also ends.
+"""Waiting for lanes: a bounded spin, then a sleep that a dead process or a deadline also ends.
 
 A command returns a :class:`~vecshm.parent.control.Ticket` (:mod:`vecshm.parent.control`), which the
 run object holds while the call is pending and hands back to :meth:`Waiter.wait`. A wait ends when
-``ready`` names finished workers; a worker process that died meanwhile is handed to the failure
+``ready`` names finished lanes; a worker process that died meanwhile is handed to the failure
 policy's hook (``on_death``, given by :class:`~vecshm.parent.core.commands.Commands`, which owns
 the command's trip) as a value, which either raises or returns the ticket to keep waiting on.
 """
@@ -25,12 +25,12 @@ from vecshm.shared.sync import DoneWatch, Spinner, fence
 __all__ = ["OnDeath", "Waiter", "WaitObserver", "OVERSUBSCRIBED_SPIN_SECONDS", "WORKER_CHECK_SECONDS"]
 
 OVERSUBSCRIBED_SPIN_SECONDS = 300e-6
-WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late workers
-TURNAROUND_CAP = 0.01  # the most one turnaround counts for in the average the workers read
+WORKER_CHECK_SECONDS = 0.05  # how often a wait that found its results also looks for dead or late lanes
+TURNAROUND_CAP = 0.01  # the most one turnaround counts for in the average the worker processes read
 
 
 class WaitObserver(Protocol):
-    """What a benchmark or a profiler may watch (``venv.observer = ...``): each wait for workers,
+    """What a benchmark or a profiler may watch (``venv.observer = ...``): each wait for lanes,
     and each sleep inside one (a wake-up that finds the results short sleeps again)."""
 
     def wait_started(self) -> None: ...
@@ -44,7 +44,7 @@ OnDeath = Callable[[int, Ticket, "float | None"], Ticket]  # process, ticket, de
 
 
 class Waiter:
-    """The parent's waits for one pool of workers (see the module's docstring).
+    """The parent's waits for one pool of worker processes (see the module's docstring).
 
     ``waited_seconds`` adds up the time spent waiting, and ``pauses`` counts the times the parent
     was away for longer than ``pause_seconds`` between two waits, for the core balance
@@ -83,8 +83,8 @@ class Waiter:
         self._unrecorded: float | None = None  # the length of the last wait, not yet given to the spinner
 
     def wait(self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath) -> tuple[np.ndarray, Ticket]:
-        """Wait until ``ready(ticket)`` names finished workers; those, and the ticket as it ended
-        (``on_death`` renews it when it restarts a worker)."""
+        """Wait until ``ready(ticket)`` names finished lanes; those, and the ticket as it ended
+        (``on_death`` renews it when it restarts a lane)."""
         observer = self.observer
         if observer is not None:
             observer.wait_started()
@@ -92,7 +92,7 @@ class Waiter:
         if self._unrecorded is not None:  # the last wait's length, for this one's spin
             self.spinner.record(self._unrecorded)
             self._unrecorded = None
-        # the parent's turnaround since the last wait, for the workers' spin (vecshm.worker.main);
+        # the parent's turnaround since the last wait, for the worker processes' spin (vecshm.worker.main);
         # a long pause (a learner's update) counts as TURNAROUND_CAP, so its mark fades in a few steps
         away = started - self._ended
         self._turnaround = turnaround = 0.8 * self._turnaround + 0.2 * min(away, TURNAROUND_CAP)
@@ -100,7 +100,7 @@ class Waiter:
         if away > self.pause_seconds:
             self.pauses += 1
         result = ready(ticket)
-        if result is None:  # (async batches often find finished workers: no wait to learn from)
+        if result is None:  # (async batches often find finished lanes: no wait to learn from)
             result, ticket = self._block(ticket, timeout, ready, on_death)
             self._ended = ended = time.perf_counter()
             # (the spinner learns it at the next wait: the results go back to the caller first)
@@ -124,11 +124,11 @@ class Waiter:
             result = ready(ticket)
             return result is not None
 
-        # With a core to itself (fewer workers than cores), the parent spins the whole budget whenever
+        # With a core to itself (fewer lanes than cores), the parent spins the whole budget whenever
         # waits are short enough to spin at all: an outlier that outlasted a budget near the average
         # would cost a wake-up (50-75 us here) and no one else needs the core. When every core has
-        # a busy worker, a spinning parent would steal from them, so only short waits are spun.
-        if len(ticket.workers) < self.cores:
+        # a busy lane, a spinning parent would steal from them, so only short waits are spun.
+        if len(ticket.lanes) < self.cores:
             # (without yields only where nothing of the caller's may want this core: no other thread)
             polite = not self.own_core or threading.active_count() > 1
             spun = self.spinner.spin(check, None, self.spinner.max_seconds, polite=polite)
@@ -154,34 +154,34 @@ class Waiter:
 
     @contextlib.contextmanager
     def asleep(self) -> Iterator[None]:
-        """While the parent may sleep on the done bell: its asleep word is up, so the workers ring it
+        """While the parent may sleep on the done bell: its asleep word is up, so the lanes' processes ring it
         (vecshm.shared.sync). Nested (a restart's wait within a wait), it leaves the word up."""
         word = self.buffers.parent_asleep
         was = word.item(0)
         word[0] = 1
-        fence()  # (written before the workers' words are read again)
+        fence()  # (written before the lanes' words are read again)
         try:
             yield
         finally:
             word[0] = was
 
     def _check(self, ticket: Ticket, now_perf: float, on_death: OnDeath) -> None:
-        """Every ``WORKER_CHECK_SECONDS``, look for a dead worker (handed to ``on_death``: the
+        """Every ``WORKER_CHECK_SECONDS``, look for a dead process (handed to ``on_death``: the
         failure policy raises, or restarts it), or one of ``ticket``'s whose command has run past
         the timeout, even though results keep coming.
 
-        Async batches take whichever workers finish first: without this, the others could fill
-        every batch while a dead or hung worker's envs silently drop out.
+        Async batches take whichever lanes finish first: without this, the others could fill
+        every batch while a dead or hung lane's envs silently drop out.
         """
         self._next_check = now_perf + WORKER_CHECK_SECONDS
         for fd in self.watch.wait(0):
             if fd in self.sentinels:  # (not a process an earlier one's restart already replaced)
                 on_death(self.sentinels[fd], ticket, None)
         if self.timeout is not None:
-            workers = ticket.workers
-            late = self.words.running(workers) & (time.monotonic() - np.asarray(ticket.sent_at) > self.timeout)
+            lanes = ticket.lanes
+            late = self.words.running(lanes) & (time.monotonic() - np.asarray(ticket.sent_at) > self.timeout)
             if np.count_nonzero(late):
-                self.pool.raise_timeout(workers[late].tolist(), ticket.phase)
+                self.pool.raise_timeout(lanes[late].tolist(), ticket.phase)
 
     def unwatch(self, sentinel: int) -> None:
         """Stop watching a dead process (before its sentinel is closed and its number reused)."""
@@ -189,7 +189,7 @@ class Waiter:
         del self.sentinels[sentinel]
 
     def watch_process(self, p: int) -> None:
-        """Watch process ``p`` (a restarted worker's new process)."""
+        """Watch process ``p`` (a restarted lane's new process)."""
         sentinel = self.pool.processes[p].sentinel
         self.sentinels[sentinel] = p
         self.watch.add(sentinel)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecshm.parent.handback.extras import Extras
+from vecshm.parent.handback.extras import SideResults
 from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, REWARD_DTYPES, Buffers
 from vecshm.shared.info_columns import INFO_COLUMNS_BASE, InfoRecords, SchemaCache, is_columns
 from vecshm.shared.layout import assemble, merge_leaves, one_array
@@ -180,7 +180,7 @@ class Batch:
     __slots__ = ("env_ids", "ids", "rewards", "terminated", "truncated", "restarted", "_reader", "_extras", "_fixed")
 
     def __init__(
-        self, reader: ResultReader, env_ids: np.ndarray | None, extras: Extras, fixed: list[np.ndarray] | None
+        self, reader: ResultReader, env_ids: np.ndarray | None, extras: SideResults, fixed: list[np.ndarray] | None
     ) -> None:
         b = reader.buffers
         self.env_ids = env_ids
@@ -218,7 +218,7 @@ class Batch:
         """The observations with ``fixed`` (arrays or tensors, one per fixed leaf) as their fixed leaves."""
         return self._reader.assembled(self.env_ids, fixed, self._extras.piped)
 
-    def said_nothing(self) -> bool:
+    def infos_empty(self) -> bool:
         """Whether no env of the batch returned an info and no worker restart ended an episode:
         its vector info is ``{}`` (``final_info`` aside), and a facade need not build it."""
         if self._extras.piped or self.restarted:

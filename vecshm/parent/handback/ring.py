@@ -38,11 +38,11 @@ __all__ = ["UnitRing", "ring_units", "segment_spec", "LENDABLE_BATCHES"]
 LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied out
 
 
-def ring_units(num_workers: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:
+def ring_units(num_lanes: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:
     """Units a ring needs: one in flight per worker, ``LENDABLE_BATCHES`` batches lent (by
     default batches of every worker: the segment is laid out before the batch size is known), and
     under the restart policy (``keep_latest``) one per worker that keeps its latest results."""
-    return num_workers * (2 if keep_latest else 1) + LENDABLE_BATCHES * (units_per_batch or num_workers)
+    return num_lanes * (2 if keep_latest else 1) + LENDABLE_BATCHES * (units_per_batch or num_lanes)
 
 
 def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: Any) -> BufferSpec:
@@ -60,10 +60,10 @@ def segment_spec(plan: Any, observation_space: Any, action_space: Any, options: 
         observation_space,
         action_space,
         plan.num_envs,
-        plan.num_workers,
+        plan.num_lanes,
         options.info_bytes,
         obs_slots=1 + DEFAULT_LENDABLE_SLOTS,
-        ring_units=ring_units(plan.num_workers, keep_latest=options.restarts) if unit_rows else 0,
+        ring_units=ring_units(plan.num_lanes, keep_latest=options.restarts) if unit_rows else 0,
         unit_rows=unit_rows,
         final_rows=one_array(obs_leaves) and options.autoreset is AutoReset.SAME_STEP,
     )
@@ -79,11 +79,11 @@ def units_spanned(batch_size: int, unit_rows: int) -> int:
 class UnitRing:
     """The parent's side: which units the next claims get, and lending or copying a batch of them."""
 
-    def __init__(self, pipe: UnitPipe, buffers: Buffers, num_workers: int, keep_latest: bool = False) -> None:
+    def __init__(self, pipe: UnitPipe, buffers: Buffers, num_lanes: int, keep_latest: bool = False) -> None:
         spec = buffers.spec
         self.pipe = pipe
         self.buffers = buffers
-        self.num_workers = num_workers
+        self.num_lanes = num_lanes
         self.units = spec.ring_units
         self.unit_rows = spec.unit_rows
         self.arrays = buffers.ring
@@ -92,9 +92,9 @@ class UnitRing:
         # Under the restart policy each worker's latest collected unit is kept (``latest``, ``_held``)
         # until its next one is collected: a restart ends the lost episodes on those observations.
         self.keep_latest = keep_latest
-        self.latest = [-1] * num_workers
+        self.latest = [-1] * num_lanes
         self._held = [False] * spec.ring_units
-        self._reserved = num_workers * (2 if keep_latest else 1)  # units the workers may hold
+        self._reserved = num_lanes * (2 if keep_latest else 1)  # units the workers may hold
         self.max_lent = self.units - self._reserved  # so that every worker in flight finds a free unit
         self._mapping: Any = buffers.mapping
         # the units in the pipe, in the order workers will claim them (first: one partly taken)
@@ -109,7 +109,7 @@ class UnitRing:
 
         The fewer units the workers cycle through, the more of them are still in cache when written.
         """
-        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_workers, units_per_batch, self.keep_latest))
+        self.units = min(self.buffers.spec.ring_units, ring_units(self.num_lanes, units_per_batch, self.keep_latest))
         self.max_lent = self.units - self._reserved
         self.rebuild()
 
@@ -126,7 +126,7 @@ class UnitRing:
 
         A worker names itself in its unit after its status and every result but ``done_seq``.
         """
-        owners = self.buffers.unit_worker[units]
+        owners = self.buffers.unit_lane[units]
         return None if -1 in owners.tolist() else owners
 
     def take(self, rows: int) -> list[np.ndarray]:
@@ -225,7 +225,7 @@ class UnitRing:
         """Give back first the units claimed but never written (their worker died in between), so
         that the next claims fill them in ring order (only while no live worker can claim)."""
         free = _take_all(self.pipe)
-        in_pipe, owners = set(free), self.buffers.unit_worker
+        in_pipe, owners = set(free), self.buffers.unit_lane
         lost = [u for u in self._queue if u not in in_pipe and owners[u] == -1]
         _give(self.pipe, lost + free)
 
@@ -235,9 +235,9 @@ class UnitRing:
         self._give(units)
 
     def _give(self, units: list[int]) -> None:
-        unit_worker = self.buffers.unit_worker
+        unit_lane = self.buffers.unit_lane
         for u in units:  # before a worker can claim them again
-            unit_worker[u] = -1
+            unit_lane[u] = -1
         self._queue.extend(units)
         _give(self.pipe, units)
 

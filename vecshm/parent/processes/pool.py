@@ -67,7 +67,7 @@ class ProcessPool:
         give their autoreset mode, reward codes, daemon flag and spin; ``registry``: the parent's
         Gymnasium registry, for processes that do not inherit it."""
         self.plan = plan
-        slices, self.lanes, self.process_of = plan.worker_slices, plan.lanes, plan.process_of
+        slices, self.process_lanes, self.process_of = plan.lane_slices, plan.process_lanes, plan.process_of
         self.context = context
         self.transport = transport
         self.owner_pid = os.getpid()  # the workers watch it, and only it ends them (see shutdown)
@@ -104,7 +104,7 @@ class ProcessPool:
                 owner_tempdir=tempdir,
                 pool_mark=self.mark,
                 shares=self.shares,
-                lanes=[(w, *slices[w]) for w in range(*self.lanes[p])],
+                lanes=[(w, *slices[w]) for w in range(*self.process_lanes[p])],
             )
             for p, (start, _) in enumerate(plan.process_slices)
         ]
@@ -113,10 +113,10 @@ class ProcessPool:
         self.doorbells = [spec.doorbell for spec in self.specs]
         self.done_bell = new_doorbell(transport)
         self.claims = UnitPipe()  # free units of the async ring (see vecshm.parent.handback.ring)
-        self.processes: list[Any] = [None] * len(self.lanes)
-        self.conns: list[Connection] = [None] * len(self.lanes)  # type: ignore[list-item]
+        self.processes: list[Any] = [None] * len(self.process_lanes)
+        self.conns: list[Connection] = [None] * len(self.process_lanes)  # type: ignore[list-item]
         # per process: messages received for workers other than the one a recv waited for
-        self._inbox: list[dict[int, deque[Any]]] = [{} for _ in self.lanes]
+        self._inbox: list[dict[int, deque[Any]]] = [{} for _ in self.process_lanes]
         self.buffers: Buffers | None = None
         self.words: ControlWords | None = None  # with the buffers: the one writer of the control words
         self.segment: Segment | NamedSegment | None = None
@@ -125,7 +125,7 @@ class ProcessPool:
         self.closed = False
         try:
             with ctrl_c_after_the_starts():
-                for p in range(len(self.lanes)):
+                for p in range(len(self.process_lanes)):
                     self._start_process(p)
         except BaseException:
             self.shutdown()  # the workers already started: none outlives a failed start
@@ -180,8 +180,8 @@ class ProcessPool:
         raised as soon as it happens rather than after the slower processes have built their envs
         (a simulator that takes 30 s to load would otherwise hide a typo for 30 s).
         """
-        replies: list[Any] = [None] * len(self.lanes)
-        for p, reply in self.replies(range(len(self.lanes)), deadline, Phase.CONSTRUCTION):
+        replies: list[Any] = [None] * len(self.process_lanes)
+        for p, reply in self.replies(range(len(self.process_lanes)), deadline, Phase.CONSTRUCTION):
             if reply[0] == Message.ERROR:
                 raise remote_error(reply[1])
             self.built.add(p)
@@ -196,9 +196,9 @@ class ProcessPool:
         self.buffer_spec = spec
         size = spec.plan().size
         self.segment = Segment(size) if self.transport.native else NamedSegment(size)
-        for p in range(len(self.lanes)):
+        for p in range(len(self.process_lanes)):
             self._send_segment(p, Phase.START_UP)
-        for p in range(len(self.lanes)):
+        for p in range(len(self.process_lanes)):
             self.recv_process(p, deadline, Phase.START_UP)
         if not keep_fd:
             self.segment.release_fd()
@@ -260,7 +260,7 @@ class ProcessPool:
                 elif self.processes[p].sentinel in ready:
                     self.raise_died(p, during)
             if pending and deadline is not None and time.monotonic() >= deadline:
-                self.raise_timeout([w for p in pending for w in range(*self.lanes[p])], during)
+                self.raise_timeout([w for p in pending for w in range(*self.process_lanes[p])], during)
 
     def raise_died(self, p: int, during: Phase, note: str = "") -> None:
         process = self.processes[p]
@@ -279,7 +279,7 @@ class ProcessPool:
     def running_env(self, p: int, during: Phase) -> int | None:
         """The env process ``p`` was stepping or resetting (it records each before starting it), or
         None: between commands, or not yet started on one."""
-        for w in range(*self.lanes[p]):
+        for w in range(*self.process_lanes[p]):
             running = self._running_env_of(w, during)
             if running is not None:
                 return running
@@ -290,7 +290,7 @@ class ProcessPool:
         if self.words is None or not during.runs_envs:
             return None
         env = self.words.env_running(w)
-        start, stop = self.plan.worker_slices[w]
+        start, stop = self.plan.lane_slices[w]
         return env if start <= env < stop else None
 
     def raise_timeout(self, workers: list[int], during: Phase) -> None:
@@ -303,7 +303,7 @@ class ProcessPool:
         envs = []
         for p, waiting in processes.items():
             running = self.running_env(p, during)
-            envs += [running] if running is not None else [i for w in waiting for i in self.plan.worker_envs(w)]
+            envs += [running] if running is not None else [i for w in waiting for i in self.plan.lane_envs(w)]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
             envs,

@@ -3,7 +3,8 @@
 Traces steps of 8 ``vecshm/Frames-v0`` envs (default options) with ``sys.setprofile`` in the
 parent, on both facades, sync and async, and prints for each half of a step the vecshm files it
 entered, in order, and how many calls it made into vecshm (the files any of ``STEPS`` steps
-entered: a wait that finds its results, spins or sleeps crosses different ones; the most calls)::
+entered: a wait that finds its results, spins or sleeps crosses different ones; the fewest and the
+most calls one made)::
 
     python benchmarks/lab/trace_step_path.py
 
@@ -63,13 +64,14 @@ def _bell_file() -> str:
     return os.path.relpath(sys.modules["vecshm.shared.sync"].__file__ or "", os.path.dirname(ROOT))
 
 
-def _union(traces: list[tuple[list[str], int]]) -> tuple[list[str], int]:
-    """The files any of ``traces`` entered (in first-entry order), and the most calls one made."""
+def _union(traces: list[tuple[list[str], int]]) -> tuple[list[str], int, int]:
+    """The files any of ``traces`` entered (in first-entry order), and the fewest and the most
+    calls one made (the fewest: a wait that found its results at once; the most: one that slept)."""
     files = list(dict.fromkeys(path for paths, _ in traces for path in paths))
-    return files, max(calls for _, calls in traces)
+    return files, min(calls for _, calls in traces), max(calls for _, calls in traces)
 
 
-def trace_sync(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+def trace_sync(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int, int]]:
     """``step_async`` up to the doorbells, then ``step_wait``, after a few untraced steps; over
     ``STEPS`` steps (a wait may find its results, spin, or sleep: each crosses other files)."""
     for _ in range(5):
@@ -81,7 +83,7 @@ def trace_sync(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int
     return {"step_async": _union(sends), "step_wait": _union(waits)}
 
 
-def trace_async(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int]]:
+def trace_async(venv: Any, actions: np.ndarray) -> dict[str, tuple[list[str], int, int]]:
     """Async batches of half the envs: ``send`` of one batch, then ``recv`` of the next."""
     venv.async_reset()
     half = len(actions) // 2
@@ -113,8 +115,8 @@ def main() -> None:
             traced = run(venv)
         finally:
             venv.close()
-        for half, (files, calls) in traced.items():
-            print(f"{name:<20} {half:<11} {len(files)} files, {calls:3d} calls: {' > '.join(files)}")
+        for half, (files, fewest, most) in traced.items():
+            print(f"{name:<20} {half:<11} {len(files)} files, {fewest:3d}-{most:3d} calls: {' > '.join(files)}")
 
 
 if __name__ == "__main__":

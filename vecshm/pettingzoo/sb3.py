@@ -28,8 +28,7 @@ from vecshm.pettingzoo.copies import (
 )
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vec_env.base import VecEnvIndices, VecEnvObs, VecEnvStepReturn
-from vecshm.vec_env.rules import SB3RunVecEnv
-from vecshm.vec_env.shm import SB3_CALLS
+from vecshm.vec_env.shm import SB3_CALLS, SB3RunVecEnv
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -136,7 +135,8 @@ class AgentVecEnv(SB3RunVecEnv):
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminated, truncated, infos,
         copy_ids)``, rows of those copies in ``copy_ids`` order (``present`` holds their mask)."""
-        batch = self._next_batch()
+        with naming_copies():
+            batch = self._run.recv()
         self._last_copies = len(batch.ids)
         rows = read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
         infos = self._infos(rows)

@@ -149,7 +149,6 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any, np.ndarray]:
         """The first ``batch_size`` copies to finish: ``(obs, rewards, terminations, truncations,
         infos, copy_ids)``, the rows of those copies in ``copy_ids`` order."""
-        self._run.check_usable()
         with naming_copies():
             batch = self._run.recv()
         self._last_copies = len(batch.ids)

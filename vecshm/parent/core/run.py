@@ -217,7 +217,10 @@ class VecRun:
             self._stats.handed_back()
 
     def recv(self, timeout: float | None = None) -> Batch:
-        """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``)."""
+        """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``); a
+        ``ClosedError`` after :meth:`close`, a ``FailedError`` after a failure."""
+        if not self._health.usable:  # (an attribute read while the run is usable)
+            self._health.check_usable()
         if self._stats is not None:
             self._stats.entered()
         if self.outputs is not NUMPY:  # (numpy outputs: nothing to do, and nothing to call on the step path)

@@ -311,9 +311,14 @@ def _declared_options() -> frozenset[str]:
 
 
 # A class's own keyword that shares an option's name: its peer's positional ones (SubprocVecEnv's
-# ``start_method``, AsyncVectorEnv's ``daemon``), and RayVecEnv's ``start_timeout``, which bounds
-# its actors' start.
-OWN_KEYWORDS = {("vec_env/shm.py", "start_method"), ("vector/shm.py", "daemon"), ("ray/vec_env.py", "start_timeout")}
+# ``start_method``, AsyncVectorEnv's ``daemon`` and ``copy``), and RayVecEnv's ``start_timeout``,
+# which bounds its actors' start.
+OWN_KEYWORDS = {
+    ("vec_env/shm.py", "start_method"),
+    ("vector/shm.py", "daemon"),
+    ("vector/shm.py", "copy"),
+    ("ray/vec_env.py", "start_timeout"),
+}
 
 
 def _hand_written_options(tree: ast.AST, where: str = "") -> list[str]:

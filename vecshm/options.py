@@ -54,10 +54,12 @@ class VecOptions(TypedDict, total=False):
 
 
 class ProcessOptions(VecOptions, total=False):
-    """:class:`VecOptions`, and whether the worker processes are daemons: for ``ShmVecEnv``, whose
-    peer has no keyword for it (``AsyncVectorEnv`` has ``daemon`` of its own)."""
+    """:class:`VecOptions`, whether the worker processes are daemons, and whether observations are
+    copies: for ``ShmVecEnv``, whose peer has no keyword for either (``AsyncVectorEnv`` has
+    ``daemon`` and ``copy`` of its own)."""
 
     daemon: Annotated[bool, Option(True, "start the workers as daemon processes (False: envs may start processes)")]
+    copy: Annotated[bool, Option(True, "observations as arrays of their own (lent, not copied); False: views")]
 
 
 class StartOptions(ProcessOptions, total=False):

@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from vecshm.options import StartOptions, resolved
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.processes.start_methods import gymnasium_start_method
@@ -64,19 +63,19 @@ def plan_copies(parallel_env: Any, num_copies: int) -> AgentPlan:
 
 
 def start_copies(
-    owner: str, parallel_env: Any, plan: AgentPlan, num_cpus: int, autoreset: AutoReset, options: Mapping[str, Any]
+    parallel_env: Any, plan: AgentPlan, num_cpus: int, autoreset: AutoReset, options: dict[str, Any]
 ) -> VecRun:
     """A run of ``plan.num_copies`` copies of ``parallel_env`` on ``num_cpus`` worker processes
-    (0: vecshm's default plan); ``options``: the keywords ``owner``'s caller gave, vecshm's
-    (:class:`~vecshm.options.StartOptions`; ``batch_size`` counts copies)."""
-    given = resolved(owner, options, StartOptions)
-    if given["device"] is not None:
+    (0: vecshm's default plan); ``options``: vecshm's, as :func:`vecshm.options.resolved` gives
+    them (:class:`~vecshm.options.StartOptions`, less ``copy``, which is the facade's; ``batch_size``
+    counts copies)."""
+    if options["device"] is not None:
         raise ValueError(
             "device= is not supported by vecshm.pettingzoo: its rows come as numpy arrays; pass "
             "pin_memory=True for fast copies to a GPU (torch.as_tensor(obs).to('cuda'), or SB3's obs_as_tensor)"
         )
     fns = [CopyOf(parallel_env)] * plan.num_copies
-    return VecRun(fns, copy_options(fns, num_cpus, given), autoreset=autoreset)
+    return VecRun(fns, copy_options(fns, num_cpus, options), autoreset=autoreset)
 
 
 def copy_options(fns: list[Any], num_cpus: int, options: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.options import StartOptions, takes_options
+from vecshm.options import StartOptions, resolved, takes_options
 from vecshm.pettingzoo.copies import (
     AgentPlan,
     Rows,
@@ -45,8 +45,6 @@ class AgentVecEnv(SB3RunVecEnv):
         every agent must share one observation and one action space
     :param num_copies: copies of the env
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
-    :param copy: return copies of observations (lent from the segment, so no bytes move), else
-        views the next step overwrites
     :param options: vecshm's options (below), as :class:`~vecshm.ShmVecEnv` takes them, and
         ``start_method`` and ``daemon``; ``batch_size`` counts copies
 
@@ -54,23 +52,16 @@ class AgentVecEnv(SB3RunVecEnv):
     returned (an absent agent's row is zeros, with reward 0); each row's info says it too.
     """
 
-    def __init__(
-        self,
-        parallel_env: Any,
-        num_copies: int,
-        num_cpus: int = 0,
-        *,
-        copy: bool = True,
-        **options: Unpack[StartOptions],
-    ) -> None:
+    def __init__(self, parallel_env: Any, num_copies: int, num_cpus: int = 0, **options: Unpack[StartOptions]) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
+        given = resolved("AgentVecEnv", options, StartOptions)
+        self.copy = given.pop("copy")
         with naming_copies():
-            self._run = start_copies("AgentVecEnv", parallel_env, plan, num_cpus, AutoReset.SAME_STEP, options)
+            self._run = start_copies(parallel_env, plan, num_cpus, AutoReset.SAME_STEP, given)
         self.closed = False
-        self.copy = copy
         self.num_agents = len(plan.agents)
         self.possible_agents = plan.agents
         self.present = np.ones(plan.num_rows, dtype=bool)

@@ -47,7 +47,6 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
     :param parallel_env: a PettingZoo ``ParallelEnv`` (copied for each copy, with cloudpickle)
     :param num_copies: copies of the env
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
-    :param copy: return copies of observations, else views the next step overwrites
     :param options: vecshm's options (below), as :class:`~vecshm.ShmVectorEnv` takes them, and
         ``start_method`` and ``daemon``; ``batch_size`` counts copies
 
@@ -57,16 +56,8 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
 
     reward_dtype = np.float32
 
-    def __init__(
-        self,
-        parallel_env: Any,
-        num_copies: int,
-        num_cpus: int = 0,
-        *,
-        copy: bool = True,
-        **options: Unpack[StartOptions],
-    ) -> None:
-        super().__init__(parallel_env, num_copies, num_cpus, copy, AutoresetMode.SAME_STEP, options)
+    def __init__(self, parallel_env: Any, num_copies: int, num_cpus: int = 0, **options: Unpack[StartOptions]) -> None:
+        super().__init__(parallel_env, num_copies, num_cpus, AutoresetMode.SAME_STEP, options)
         self.observation_space = self.single_observation_space
         self.action_space = self.single_action_space
         self.metadata = parallel_env.metadata  # the env's own, as SuperSuit hands it on

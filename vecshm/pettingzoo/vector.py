@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from vecshm.options import StartOptions, takes_options
+from vecshm.options import StartOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.pettingzoo.copies import (
     AgentPlan,
@@ -58,22 +58,21 @@ class CopyRowsVectorEnv(RunProperties, gym.vector.VectorEnv):
         parallel_env: Any,
         num_copies: int,
         num_cpus: int,
-        copy: bool,
         autoreset_mode: str | AutoresetMode,
         options: Mapping[str, Any],
     ) -> None:
+        """``options``: vecshm's, as the subclass's caller gave them (:class:`~vecshm.options.StartOptions`)."""
         self.closed = True  # until the workers are up
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         if self.autoreset_mode not in MODES:
             raise ValueError(f"autoreset_mode must be SAME_STEP or NEXT_STEP, got {self.autoreset_mode}")
         plan: AgentPlan = plan_copies(parallel_env, num_copies)
         self.agent_plan = plan
+        given = resolved(type(self).__name__, options, StartOptions)
+        self.copy = given.pop("copy")
         with naming_copies():
-            self._run = start_copies(
-                type(self).__name__, parallel_env, plan, num_cpus, MODES[self.autoreset_mode], options
-            )
+            self._run = start_copies(parallel_env, plan, num_cpus, MODES[self.autoreset_mode], given)
         self.closed = False
-        self.copy = copy
         self.num_envs = plan.num_rows
         self.num_agents = len(plan.agents)
         self.possible_agents = plan.agents
@@ -234,7 +233,6 @@ class AgentVectorEnv(CopyRowsVectorEnv):
         every agent must share one observation and one action space
     :param num_copies: copies of the env
     :param num_cpus: worker processes (0: vecshm's default plan, one per usable core)
-    :param copy: return copies of observations (lent from the segment), else views the next step overwrites
     :param autoreset_mode: ``SAME_STEP`` (default, as SuperSuit resets a copy) or ``NEXT_STEP``
     :param options: vecshm's options (below), as :class:`~vecshm.ShmVectorEnv` takes them, and
         ``start_method`` and ``daemon``; ``batch_size`` counts copies
@@ -250,11 +248,10 @@ class AgentVectorEnv(CopyRowsVectorEnv):
         num_copies: int,
         num_cpus: int = 0,
         *,
-        copy: bool = True,
         autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
         **options: Unpack[StartOptions],
     ) -> None:
-        super().__init__(parallel_env, num_copies, num_cpus, copy, autoreset_mode, options)
+        super().__init__(parallel_env, num_copies, num_cpus, autoreset_mode, options)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         metadata = dict(getattr(parallel_env, "metadata", {}) or {})

@@ -159,8 +159,6 @@ class ShmVecEnv(SB3RunVecEnv):
 
     :param env_fns: factories, one per env (cloudpickled, so lambdas work with every start method)
     :param start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as SB3 (forkserver)
-    :param copy: return copies of observations (default). ``False`` returns views of the shared
-        buffers, valid until the next ``step``/``reset``: faster for callers that consume them at once
 
     ``device`` (vecshm's options, below) returns the results of ``recv()`` as torch tensors there;
     ``step`` and ``reset`` stay numpy, as SB3 expects (docs/gpu.md).
@@ -177,16 +175,16 @@ class ShmVecEnv(SB3RunVecEnv):
         self,
         env_fns: list[Callable[[], gym.Env]],
         start_method: str | None = None,
-        *,
-        copy: bool = True,
         **options: Unpack[ProcessOptions],
     ) -> None:
         self.waiting = False
         self.closed = True  # until the workers are up: close() must not touch a half-built object
         fns = list(env_fns)
+        given = resolved("ShmVecEnv", options, ProcessOptions)
+        copy = given.pop("copy")  # (the facade's: each batch's observations as arrays of their own, or views)
         self._run = VecRun(
             fns,
-            resolved("ShmVecEnv", options, ProcessOptions),
+            given,
             autoreset=AutoReset.SAME_STEP,
             reward_codes=True,  # rewards in np.stack's dtype, as SubprocVecEnv returns them
             start_method=start_method,

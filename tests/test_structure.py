@@ -28,7 +28,7 @@ MAX_ENGINE_LINES = 250
 MAX_ENGINE_METHODS = 12
 # what the facades once drove themselves: the run object (parent/core/run.py) owns them now
 RUN_PRIVATES = ("_engine", "_batches", "_ticket", "_outputs")
-ENGINE_PARTS = ("pool", "buffers", "slots", "ring", "reader", "actions", "balance", "waiter", "policy")
+ENGINE_PARTS = ("pool", "buffers", "slots", "ring", "reader", "actions", "balance", "waiter", "policy", "commands")
 FACADES = (
     "vec_env/shm.py",
     "vector/shm.py",

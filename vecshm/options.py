@@ -14,9 +14,11 @@ The peers' own keywords stay in each facade's signature, where they are the peer
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, NamedTuple, TypedDict, TypeVar
 
 from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
@@ -78,14 +80,17 @@ class Declared(NamedTuple):
     doc: str
 
 
-def declared(options: type = VecOptions) -> dict[str, Declared]:
-    """The options ``options`` (a :class:`VecOptions` or :class:`StartOptions`) declares, in order."""
+@functools.cache
+def declared(options: type = VecOptions) -> Mapping[str, Declared]:
+    """The options ``options`` (a :class:`VecOptions` or :class:`StartOptions`) declares, in order:
+    read from the type hints once per typed dict (every vec env a facade builds asks again), and
+    read-only, since every caller shares it."""
     hints = typing.get_type_hints(options, include_extras=True)
     found = {}
     for name, hint in hints.items():
         annotation, option = typing.get_args(hint)[:2]
         found[name] = Declared(name, annotation, option.default, option.doc)
-    return found
+    return MappingProxyType(found)
 
 
 def resolved(owner: str, given: Mapping[str, Any], options: type = VecOptions) -> dict[str, Any]:

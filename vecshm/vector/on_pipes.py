@@ -29,7 +29,7 @@ from gymnasium.vector import AsyncVectorEnv, VectorEnv
 
 from vecshm.parent.processes.lifetime import describe_exit, end_processes
 from vecshm.shared.errors import FailedError, WorkerDiedError
-from vecshm.vector.rules import check_worker_signature
+from vecshm.vector.rules import ASYNC_SIGNATURE, check_worker_signature
 from vecshm.vector.shm import ShmVectorEnv
 from vecshm.worker.main import exit_with_parent
 
@@ -39,9 +39,6 @@ _ENGINE_ONLY = (
     "`{}` needs vecshm's own worker loop; with a custom `worker` ShmVectorEnv runs Gymnasium's "
     "AsyncVectorEnv pipe protocol, which has no {}"
 )
-
-
-_ASYNC_SIGNATURE = inspect.signature(AsyncVectorEnv.__init__)  # the installed Gymnasium's
 
 
 def _engine_defaults() -> dict[str, Any]:
@@ -89,10 +86,10 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv, runs_custom_workers=True
             value = kwargs.pop(name)
             if value is not defaults[name] and value != defaults[name]:
                 raise ValueError(_ENGINE_ONLY.format(name, "such option"))
-        if "max_concurrency" not in _ASYNC_SIGNATURE.parameters and kwargs.get("max_concurrency", 0) is None:
+        if "max_concurrency" not in ASYNC_SIGNATURE.parameters and kwargs.get("max_concurrency", 0) is None:
             del kwargs["max_concurrency"]  # a Gymnasium without it: None asks for nothing it lacks
         try:
-            arguments = _ASYNC_SIGNATURE.bind(self, *args, **kwargs).arguments
+            arguments = ASYNC_SIGNATURE.bind(self, *args, **kwargs).arguments
         except TypeError as error:
             raise TypeError(f"ShmVectorEnv.__init__() {error}") from None
         worker = arguments["worker"]

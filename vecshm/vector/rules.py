@@ -33,9 +33,9 @@ AUTORESET = {
     AutoresetMode.DISABLED: AutoReset.DISABLED,
 }
 
-_ASYNC_INIT = inspect.signature(gym.vector.AsyncVectorEnv.__init__)  # the installed Gymnasium's
+ASYNC_SIGNATURE = inspect.signature(gym.vector.AsyncVectorEnv.__init__)  # the installed Gymnasium's
 # Where ``worker`` sits among the positional arguments (after ``self``): the sixth in Gymnasium 1.1 and 1.4
-_WORKER_POSITION = list(_ASYNC_INIT.parameters).index("worker") - 1
+_WORKER_POSITION = list(ASYNC_SIGNATURE.parameters).index("worker") - 1
 
 
 def custom_worker_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

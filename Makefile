@@ -53,6 +53,10 @@ $(RLLIB_INSTALLED): $(INSTALLED)
 # projects' suites below are CPU-bound and run in one process: spread, sb3-contrib's took 4x longer.
 XDIST ?= -n 3 --dist loadgroup
 PYTEST = $(BIN)/python -m pytest -q -p no:cacheprovider
+# The stages after the suite run beside SB3's and sb3-contrib's tests, which keep both cores busy:
+# there each stage runs in one process (-n 0), as spreading it cost more CPU than it saved (each
+# extra process imports the suite again: RLlib's 146 CPU-s against 102 in one).
+STAGE_XDIST ?= -n 0
 
 # SB3's tests of SubprocVecEnv on RayVecEnv; its DummyVecEnv cases, which never reach RayVecEnv, ran
 # in the SB3 stage before.
@@ -78,7 +82,7 @@ test-suite: install  ## vecshm's whole suite
 	$(PYTEST) $(XDIST)
 
 test-portable: install  ## the transport's tests on the portable path
-	VECSHM_TRANSPORT=portable $(PYTEST) $(XDIST) -m transport
+	VECSHM_TRANSPORT=portable $(PYTEST) $(STAGE_XDIST) -m transport
 
 test-sb3: install  ## SB3's and sb3-contrib's own tests on vecshm's classes, SB3's also on RayVecEnv
 	$(BIN)/python tests/sb3_suite/run.py
@@ -86,7 +90,7 @@ test-sb3: install  ## SB3's and sb3-contrib's own tests on vecshm's classes, SB3
 	VECSHM_SB3_SUBPROC=ray $(BIN)/python tests/sb3_suite/run.py -k "$(RAY_SB3_TESTS)"
 
 test-rllib: install-rllib  ## RLlib on vecshm, and the tests checked against AsyncVectorEnv again on RLlib's Gymnasium
-	$(RLLIB_BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "rllib or gymnasium_peer"
+	$(RLLIB_BIN)/python -m pytest -q -p no:cacheprovider $(STAGE_XDIST) -m "rllib or gymnasium_peer"
 
 # The package as users get it: the sdist and the wheel built by the standard frontend (isolated,
 # from pyproject.toml alone), with no warning (setuptools warns of deprecated metadata there, and
@@ -101,7 +105,7 @@ dist: install  ## build the sdist and the wheel into dist/, failing on any build
 	$(BIN)/twine check --strict dist/*
 
 test-wheel: dist  ## the wheel in a fresh venv (not editable), its smoke tier run from outside the checkout
-	UV=$(UV) UV_ARGS="$(addprefix --find-links ,$(PIP_FIND_LINKS))" .ci/wheel-smoke dist/vecshm-*.whl $(PYTHON)
+	UV=$(UV) UV_ARGS="$(addprefix --find-links ,$(PIP_FIND_LINKS))" PYTEST_XDIST="$(STAGE_XDIST)" .ci/wheel-smoke dist/vecshm-*.whl $(PYTHON)
 
 # mypy at its default level over vecshm/ (the settings and the baseline in pyproject.toml), and a
 # user's code (tests/typed_client.py) under --strict: vecshm's errors there are the first run's.

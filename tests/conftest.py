@@ -144,7 +144,7 @@ def action_signature(space: spaces.Space, action: Any) -> float:
 class SpaceEnv(gym.Env):
     """Deterministic env over any space: seeded observations, rewards that depend on the action,
     random terminations, time-limit truncations, empty and non-empty infos, and occasionally an
-    info too large for the shared arena slot."""
+    info too large for the shared arena row."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -199,7 +199,7 @@ class SpaceEnv(gym.Env):
         elif self.t % 3 == 1:  # flat numbers: these travel as typed columns (vecshm.shared.info_columns)
             info = {"t": self.t, "score": reward, "lives": np.int8(3 - self.t % 4)}
         if self.big_info_every and self.t % self.big_info_every == 0:
-            info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena slot
+            info["big"] = np.arange(1500, dtype=np.int64) + self.t  # 12 kB: above the arena row
         return self._observation(), reward, terminated, False, info
 
     def _observation(self) -> Any:

@@ -621,7 +621,7 @@ def test_restart_policy_rebuilds_a_killed_worker_and_truncates_its_episodes(obs_
 @pytest.mark.transport
 @pytest.mark.timeout(120)
 def test_restart_policy_ends_episodes_on_piped_observation_leaves(no_leaks):
-    """A dynamic observation leaf too large for its arena slot comes over the worker's socket; a
+    """A dynamic observation leaf too large for its arena row comes over the worker's socket; a
     restart must still end the lost episodes on the last observation the caller saw."""
     fns = [make_space_env("dyn_text", big_info_every=0, max_steps=1000) for _ in range(4)]
     venv = ShmVecEnv(fns, envs_per_worker=2, on_worker_failure="restart", info_bytes=8)

@@ -140,7 +140,7 @@ class FinalObsEnv(gym.Env):
     """Episodes of 3 steps of frame-sized observations, returned as ``kind`` says: exactly the
     space's array (``exact``), float64 for its float32 (``float64``), or in Fortran order."""
 
-    observation_space = spaces.Box(0, 1000, (160, 210), np.float32)  # larger than an info arena slot
+    observation_space = spaces.Box(0, 1000, (160, 210), np.float32)  # larger than an info arena row
     action_space = spaces.Discrete(2)
 
     def __init__(self, kind: str) -> None:

@@ -21,7 +21,7 @@ from vecshm.shared.step_times import COLUMNS as STEP_TIME_COLUMNS
 __all__ = ["BufferSpec", "Buffers", "REWARD_DTYPES", "REWARD_TYPES", "reward_codes"]
 
 INFO_EMPTY = 0
-INFO_PIPED = -1  # the info did not fit the arena slot and follows on the control socket
+INFO_PIPED = -1  # the info did not fit the arena row and follows on the control socket
 # in ``final_obs_blob_len``: the final observation is in the env's row of ``final_rows``, not pickled
 FINAL_IN_ROWS = -2
 NO_ENV = -1  # in ``progress``: the worker is between commands, no env of it runs

@@ -4,8 +4,8 @@ ALE returns ``{"lives": 3, "episode_frame_number": 1234, "frame_number": 5678}``
 and most envs' infos are like it: a flat dict of numbers. Pickling it in the worker and unpickling it
 in the parent costs about 1 us and 0.7 us per env per step, and the parent's share is paid while
 every worker waits. An info of that kind is instead written as one 8-byte word per key at the start
-of the env's arena slot, followed by its *schema* (the keys and the value types, pickled once per
-schema and written after the values). The slot's length word says which schema it is, so the parent
+of the env's arena row, followed by its *schema* (the keys and the value types, pickled once per
+schema and written after the values). The row's length word says which schema it is, so the parent
 reads the values of a whole batch as one NumPy array when the envs share a schema, and only
 unpickles a schema the first time it meets it.
 
@@ -15,7 +15,7 @@ int beyond 64 bits, a string, an array, a nested dict, a key that is not a strin
 which Gymnasium batches as objects) takes the pickled path, as before.
 
 The length word is ``INFO_COLUMNS_BASE - code``, where ``code`` packs a 48-bit hash of the schema
-with its number of keys: the parent can find the schema in a slot it has never read, and needs no
+with its number of keys: the parent can find the schema in a row it has never read, and needs no
 state shared with the worker (a restarted worker writes the same codes).
 """
 
@@ -55,20 +55,20 @@ _TYPES_BY_NAME = {name: t for t, name in _TYPE_NAMES.items()}
 
 
 def is_columns(length: int) -> bool:
-    """Whether an arena length word says the slot holds column-encoded values."""
+    """Whether an arena length word says the row holds column-encoded values."""
     return length <= INFO_COLUMNS_BASE
 
 
 @dataclass(frozen=True, eq=False)
 class InfoSchema:
-    """The keys and value types of one kind of flat info, and how its values lie in a slot."""
+    """The keys and value types of one kind of flat info, and how its values lie in a row."""
 
     keys: tuple[str, ...]
     types: tuple[type, ...]
     blob: bytes = field(init=False)  # written after the values: (keys, type names), pickled
-    length: int = field(init=False)  # the arena length word of a slot holding this schema
-    packer: struct.Struct = field(init=False)  # the values, then the blob: one slot's bytes
-    dtype: np.dtype = field(init=False)  # one slot's values as a structured record
+    length: int = field(init=False)  # the arena length word of a row holding this schema
+    packer: struct.Struct = field(init=False)  # the values, then the blob: one row's bytes
+    dtype: np.dtype = field(init=False)  # one row's values as a structured record
     python_only: bool = field(init=False)  # every type is int, float or bool: unpacked values need no cast
 
     def __post_init__(self) -> None:
@@ -92,11 +92,11 @@ class InfoSchema:
 
     @property
     def width(self) -> int:
-        """Bytes of values at the start of a slot."""
+        """Bytes of values at the start of a row."""
         return _WORD * len(self.keys)
 
     def dict_at(self, arena: np.ndarray, offset: int) -> dict[str, Any]:
-        """The info whose slot starts ``offset`` bytes into ``arena``, each value of the type the env gave."""
+        """The info whose row starts ``offset`` bytes into ``arena``, each value of the type the env gave."""
         values = self.packer.unpack_from(arena, offset)  # type: ignore[arg-type]  # an ndarray is a buffer  # Python int/float/bool per key, then the blob
         if self.python_only:  # (zip stops at the last key, before the blob)
             return dict(zip(self.keys, values))
@@ -128,7 +128,7 @@ def schema_of(keys: tuple[Any, ...], types: tuple[type, ...]) -> InfoSchema | No
 
 
 class ColumnWriter:
-    """The worker's side: writes an info into its slot as columns when it can."""
+    """The worker's side: writes an info into its row as columns when it can."""
 
     def __init__(self) -> None:
         self._schemas: dict[tuple[tuple[Any, ...], tuple[type, ...]], InfoSchema | None] = {}
@@ -139,7 +139,7 @@ class ColumnWriter:
         return len(self._schemas)
 
     def write(self, info: dict[Any, Any], arena: np.ndarray, env_index: int) -> int | None:
-        """Write ``info`` into env ``env_index``'s slot of ``arena``; its length word, or None when
+        """Write ``info`` into env ``env_index``'s row of ``arena``; its length word, or None when
         it must be pickled."""
         if type(info) is not dict:  # a dict subclass keeps its type through the pickled path only
             return None
@@ -151,24 +151,24 @@ class ColumnWriter:
             if len(self._schemas) >= MAX_SCHEMAS:
                 return None
             schema = self._schemas[key] = schema_of(*key)
-        slot_bytes = arena.shape[1]
-        if schema is None or schema.packer.size > slot_bytes:
+        row_bytes = arena.shape[1]
+        if schema is None or schema.packer.size > row_bytes:
             return None
         try:
-            schema.packer.pack_into(arena, env_index * slot_bytes, *values, schema.blob)  # type: ignore[arg-type]
+            schema.packer.pack_into(arena, env_index * row_bytes, *values, schema.blob)  # type: ignore[arg-type]
         except (struct.error, OverflowError):  # an int beyond 64 bits
             return None
         return schema.length
 
 
 class SchemaCache:
-    """The parent's side: schemas by length word, learnt from the first slot that holds each."""
+    """The parent's side: schemas by length word, learnt from the first row that holds each."""
 
     def __init__(self) -> None:
         self._by_length: dict[int, InfoSchema] = {}
 
     def schema(self, length: int, arena: np.ndarray, env_index: int) -> InfoSchema:
-        """The schema of env ``env_index``'s slot in ``arena``, whose length word is ``length``."""
+        """The schema of env ``env_index``'s row in ``arena``, whose length word is ``length``."""
         try:
             return self._by_length[length]
         except KeyError:
@@ -178,7 +178,7 @@ class SchemaCache:
         keys, names = pickle.loads(blob)  # bytes past the pickle are ignored
         schema = InfoSchema(tuple(keys), tuple(_TYPES_BY_NAME[name] for name in names))
         if schema.length != length:
-            raise RuntimeError(f"info slot holds a schema that does not match its length word {length}")
+            raise RuntimeError(f"info row holds a schema that does not match its length word {length}")
         self._by_length[length] = schema
         return schema
 

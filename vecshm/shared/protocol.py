@@ -35,7 +35,7 @@ class Status(IntEnum):
     """How a worker finished its last command; written before it rings the parent's doorbell."""
 
     OK = 1
-    OK_PIPED_INFOS = 2  # some infos did not fit their arena slot: they follow on the socket
+    OK_PIPED_INFOS = 2  # some infos did not fit their arena row: they follow on the socket
     ERROR = 3  # an env raised; the error follows on the socket
 
 

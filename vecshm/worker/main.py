@@ -2,7 +2,7 @@
 
 The process's life lives here (start-up handshake, watching the parent, waiting for commands);
 what one command does to the envs lives in :mod:`vecshm.worker.runner`. Observations never cross a pipe;
-infos are pickled into a per-env arena slot only when non-empty, and follow on the control socket
+infos are pickled into a per-env arena row only when non-empty, and follow on the control socket
 only when they do not fit.
 """
 

@@ -279,7 +279,7 @@ class EnvRunner:
 
     def _write_obs(self, arrays: list[np.ndarray], row: int, index: int, obs: Any) -> None:
         """Write env ``index``'s observation: fixed leaves at ``row`` of ``arrays``, dynamic ones
-        pickled into its arena slot. (A single leaf of the right shape and dtype is written by the caller.)"""
+        pickled into its arena row. (A single leaf of the right shape and dtype is written by the caller.)"""
         try:
             values = [obs] if self.one_row else flatten(self.obs_space, obs)
             if self.obs_dynamic:
@@ -363,7 +363,7 @@ class EnvRunner:
             lengths[index] = length
 
     def _write_blob(self, kind: Arena, index: int, value: Any) -> None:
-        """Pickle ``value`` into env ``index``'s arena slot, or onto the socket when it does not fit."""
+        """Pickle ``value`` into env ``index``'s arena row, or onto the socket when it does not fit."""
         lengths, arena = self.buffers.arenas[kind]
         blob = dumps(value)
         if len(blob) <= arena.shape[1]:

@@ -1,7 +1,7 @@
 """What finished envs leave beside the segment, and what one wait collects: values, passed along.
 
 The shared segment holds each env's latest results until its lane runs again. What does not fit
-there travels beside it: infos and observation leaves too large for their arena slot come over
+there travels beside it: infos and observation leaves too large for their arena row come over
 the lane's socket, and an episode a process restart cut short ends with the last observation the
 parent saw. :class:`SideResults` carries those for the envs of the lanes one wait found finished,
 so nothing about a command is left on the engine for a later call to find in the right order.

@@ -106,7 +106,7 @@ class ResultReader:
 
     def observation_in(self, arrays: list[np.ndarray], row: int, env_index: int, piped: Mapping) -> Any:
         """A copy of env ``env_index``'s observation as its last command wrote it: its fixed leaves
-        at ``row`` of ``arrays`` (a slot's, or the ring's), its dynamic ones in its arena slot."""
+        at ``row`` of ``arrays`` (a slot's, or the ring's), its dynamic ones in its arena row."""
         fixed = [a[row].copy() for a in arrays]
         dynamic = self.blob("obs", env_index, piped) if self.spec.obs_dynamic else []
         return assemble(self.observation_space, merge_leaves(self.spec.obs_leaves, fixed, dynamic))
@@ -125,7 +125,7 @@ class ResultReader:
 
     @staticmethod
     def _unpickle(kind: str, env_index: int, length: int, arena: np.ndarray, piped: Mapping) -> Any:
-        """One env's value from its arena slot, or from ``piped`` when it did not fit (``INFO_PIPED``)."""
+        """One env's value from its arena row, or from ``piped`` when it did not fit (``INFO_PIPED``)."""
         if length == INFO_PIPED:
             return pickle.loads(piped[(kind, env_index)])
         return pickle.loads(arena[env_index, :length].tobytes())

@@ -344,14 +344,14 @@ def test_ctrl_c_while_envs_are_being_built_ends_their_workers_at_once(cls):
 def test_ctrl_c_while_the_workers_map_the_segment_ends_them_at_once(cls, monkeypatch, no_leaks):
     """Interrupted while worker 1 maps the segment, worker 0 already waits for commands, where a
     request to close sent over its socket is never read: it is ended at once, not after 5 s."""
-    receive = ProcessPool.recv_process
+    receive = ProcessPool.read_from_process
 
     def interrupted_at_worker_1(self, p, deadline, during):
         if during is Phase.START_UP and p == 1:
             raise KeyboardInterrupt
         return receive(self, p, deadline, during)
 
-    monkeypatch.setattr(ProcessPool, "recv_process", interrupted_at_worker_1)
+    monkeypatch.setattr(ProcessPool, "read_from_process", interrupted_at_worker_1)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         cls([healthy] * 2, envs_per_worker=1)

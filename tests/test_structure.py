@@ -425,7 +425,7 @@ PLANTED = {
     "an engine of 13 methods": lambda: _engine_too_big(
         "class Engine:\n" + "".join(f"    def m{k}(self): ...\n" for k in range(13))
     ),
-    "a facade driving the engine": lambda: _run_privates(ast.parse("self._run._engine.pool.send(0, b'', None)")),
+    "a facade driving the engine": lambda: _run_privates(ast.parse("self._run._engine.pool.write_message(0, b'', 0)")),
     "an engine part read outside the core": lambda: _engine_part_reads(ast.parse("venv.run.engine.waiter.wait()")),
     "shared importing the parent": lambda: _arrows_out(
         {"vecshm.shared.sync": {"vecshm.parent.control"}}, "vecshm.shared", ("vecshm.parent",)

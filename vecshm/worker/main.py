@@ -112,7 +112,7 @@ def _run(spec: ProcessSpec) -> bool:
     except (BrokenPipeError, ConnectionResetError):  # the vec env gave up on us while the envs were built
         _close_envs(envs)
         return False
-    message = _recv_or_orphaned(conn, parent)
+    message = _read_or_orphaned(conn, parent)
     if message is None or message[0] != Message.ATTACH:
         _close_envs(envs)
         return message is not None and message[0] == Message.CLOSE
@@ -215,7 +215,7 @@ def _close_envs(envs: list[gym.Env]) -> None:
             pass
 
 
-def _recv_or_orphaned(conn: Connection, parent: int) -> Any:
+def _read_or_orphaned(conn: Connection, parent: int) -> Any:
     """Receive from the parent, or None if the parent died meanwhile."""
     while not conn.poll(PARENT_CHECK_SECONDS):
         if os.getppid() != parent:

@@ -51,7 +51,7 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
     records = []
     try:
         for lane in lanes.tolist():
-            kind, payload = engine.pool.recv(lane, deadline, during)
+            kind, payload = engine.pool.read_message(lane, deadline, during)
             if kind == Message.ERROR:
                 records += payload
             else:

@@ -82,7 +82,7 @@ class Commands:
         ticket = self.words.submit(Command.STEP, lanes, slot, Phase.STEP)
         if dynamic is not None:
             for lane in lanes.tolist():
-                self._send(lane, {i: dynamic.pop(i) for i in range(*self.plan.lane_slices[lane])}, Phase.STEP)
+                self._write_message(lane, {i: dynamic.pop(i) for i in range(*self.plan.lane_slices[lane])}, Phase.STEP)
         return ticket
 
     def _step_with_rebuilt(self, lanes: np.ndarray, slot: int, dynamic: dict[int, list[Any]] | None) -> Ticket:
@@ -104,7 +104,7 @@ class Commands:
             requests = self.policy.reset_rebuilt(lanes, requests)
         ticket = self.words.submit(Command.RESET, lanes, slot, Phase.RESET)
         for lane in lanes.tolist():
-            self._send(lane, requests[slice(*self.plan.lane_slices[lane])], Phase.RESET)
+            self._write_message(lane, requests[slice(*self.plan.lane_slices[lane])], Phase.RESET)
         return ticket
 
     def call(self, lanes: np.ndarray, messages: dict[int, Any], during: Phase) -> None:
@@ -112,7 +112,7 @@ class Commands:
         (:mod:`vecshm.parent.core.calls` reads the answers)."""
         self.words.submit(Command.CALL, lanes, 0, during)
         for lane in lanes.tolist():
-            self._send(lane, messages[lane], during)
+            self._write_message(lane, messages[lane], during)
 
     def _redo(self, redo: Redo) -> None:
         """Send a rebuilt lane its envs' resets (the policy's answer), into ``redo.slot``."""
@@ -120,12 +120,12 @@ class Commands:
         every_env[slice(*self.plan.lane_slices[redo.lane])] = redo.requests
         self.reset(every_env, redo.slot, np.array([redo.lane]))
 
-    def _send(self, lane: int, message: Any, during: Phase) -> None:
-        """Send ``lane`` what its command needs. A lane whose process died while idle finds its
+    def _write_message(self, lane: int, message: Any, during: Phase) -> None:
+        """Write ``lane`` what its command needs beside the segment. A lane whose process died while idle finds its
         end closed: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
         failure policy will replace it at the next wait, which gives its envs a reset of their own."""
         try:
-            self.pool.send(lane, message, during)
+            self.pool.write_message(lane, message, during)
         except WorkerDiedError as error:
             if self.policy.forgives(error, during):
                 return
@@ -174,9 +174,9 @@ class Commands:
         records = []
         for lane, status in zip(done.tolist(), statuses):
             if status == Status.OK_PIPED_INFOS:
-                piped.update(self.pool.recv(lane, deadline, during))
+                piped.update(self.pool.read_message(lane, deadline, during))
             elif status == Status.ERROR:
-                records += self.pool.recv(lane, deadline, during)
+                records += self.pool.read_message(lane, deadline, during)
         if records:
             raise remote_errors(records)
         return piped

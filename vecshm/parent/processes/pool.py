@@ -157,12 +157,12 @@ class ProcessPool:
         """The worker processes' pids now (a restarted worker has a new one)."""
         return [process.pid for process in self.processes]
 
-    def send(self, w: int, message: Any, during: Phase) -> None:
-        """Send worker ``w`` a message (over its process's connection, addressed to it)."""
-        self._send_process(self.process_of[w], (w, message), during)
+    def write_message(self, w: int, message: Any, during: Phase) -> None:
+        """Write lane ``w`` a message (on its process's connection, addressed to the lane)."""
+        self._write_to_process(self.process_of[w], (w, message), during)
 
-    def _send_process(self, p: int, message: Any, during: Phase, handle: int | None = None) -> None:
-        """Send process ``p`` a message, and then the descriptor ``handle`` if given. A process that
+    def _write_to_process(self, p: int, message: Any, during: Phase, handle: int | None = None) -> None:
+        """Write process ``p`` a message, and then the descriptor ``handle`` if given. A process that
         died has closed its end: that is a ``WorkerDiedError`` naming it, not a ``BrokenPipeError``."""
         try:
             self.conns[p].send(message)
@@ -197,21 +197,21 @@ class ProcessPool:
         size = spec.plan().size
         self.segment = Segment(size) if self.transport.native else NamedSegment(size)
         for p in range(len(self.process_lanes)):
-            self._send_segment(p, Phase.START_UP)
+            self._write_segment(p, Phase.START_UP)
         for p in range(len(self.process_lanes)):
-            self.recv_process(p, deadline, Phase.START_UP)
+            self.read_from_process(p, deadline, Phase.START_UP)
         if not keep_fd:
             self.segment.release_fd()
         self.buffers = Buffers(spec, self.segment)
         self.words = ControlWords(self.buffers, self.plan, self.doorbells, self._timed)
         return self.buffers
 
-    def _send_segment(self, p: int, during: Phase) -> None:
+    def _write_segment(self, p: int, during: Phase) -> None:
         """Tell process ``p`` where the segment is: its descriptor (native) or its name (portable)."""
         if isinstance(self.segment, NamedSegment):
-            self._send_process(p, (Message.ATTACH, self.buffer_spec, self.segment.name), during)
+            self._write_to_process(p, (Message.ATTACH, self.buffer_spec, self.segment.name), during)
         else:
-            self._send_process(p, (Message.ATTACH, self.buffer_spec, None), during, handle=self.segment.fd)
+            self._write_to_process(p, (Message.ATTACH, self.buffer_spec, None), during, handle=self.segment.fd)
 
     def restart(self, p: int, deadline: float | None) -> None:
         """Replace dead process ``p`` by a new one that builds the same envs and maps the segment."""
@@ -222,24 +222,24 @@ class ProcessPool:
         self.conns[p] = self.processes[p] = None  # until the new one has started
         with ctrl_c_after_the_starts():
             self._start_process(p)
-        reply = self.recv_process(p, deadline, Phase.RESTART)
+        reply = self.read_from_process(p, deadline, Phase.RESTART)
         if reply[0] == Message.ERROR:
             raise remote_error(reply[1])
-        self._send_segment(p, Phase.RESTART)
-        self.recv_process(p, deadline, Phase.RESTART)
+        self._write_segment(p, Phase.RESTART)
+        self.read_from_process(p, deadline, Phase.RESTART)
 
     # -- messages and liveness --------------------------------------------------------------------
 
-    def recv(self, w: int, deadline: float | None, during: Phase) -> Any:
-        """Receive what worker ``w`` sent; a dead process or a passed deadline raise instead of hanging.
+    def read_message(self, w: int, deadline: float | None, during: Phase) -> Any:
+        """Read what lane ``w`` wrote; a dead process or a passed deadline raise instead of hanging.
 
-        A process's workers share its connection: what arrives for the others waits for their recv.
+        A process's lanes share its connection: what arrives for the others waits for their read.
         """
         p = self.process_of[w]
-        return receive_addressed(self._inbox[p], w, lambda: self.recv_process(p, deadline, during))
+        return receive_addressed(self._inbox[p], w, lambda: self.read_from_process(p, deadline, during))
 
-    def recv_process(self, p: int, deadline: float | None, during: Phase) -> Any:
-        """The next message process ``p`` sent, for whichever of its workers (start-up, a restart)."""
+    def read_from_process(self, p: int, deadline: float | None, during: Phase) -> Any:
+        """The next message process ``p`` wrote, for whichever of its lanes (start-up, a restart)."""
         return next(self.replies([p], deadline, during))[1]
 
     def replies(self, processes: Iterable[int], deadline: float | None, during: Phase) -> Iterator[tuple[int, Any]]:

@@ -55,7 +55,7 @@ XDIST ?= -n 3 --dist loadgroup
 PYTEST = $(BIN)/python -m pytest -q -p no:cacheprovider
 # The stages after the suite run beside SB3's and sb3-contrib's tests, which keep both cores busy:
 # there each stage runs in one process (-n 0), as spreading it cost more CPU than it saved (each
-# extra process imports the suite again: RLlib's 146 CPU-s against 102 in one).
+# extra process imports the suite again: RLlib's 146 CPU-s against 102-117 in one).
 STAGE_XDIST ?= -n 0
 
 # SB3's tests of SubprocVecEnv on RayVecEnv; its DummyVecEnv cases, which never reach RayVecEnv, ran

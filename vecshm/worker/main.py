@@ -216,7 +216,7 @@ def _close_envs(envs: list[gym.Env]) -> None:
 
 
 def _read_or_orphaned(conn: Connection, parent: int) -> Any:
-    """Receive from the parent, or None if the parent died meanwhile."""
+    """The parent's next message, or None if the parent died meanwhile."""
     while not conn.poll(PARENT_CHECK_SECONDS):
         if os.getppid() != parent:
             return None

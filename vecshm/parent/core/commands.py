@@ -121,9 +121,10 @@ class Commands:
         self.reset(every_env, redo.slot, np.array([redo.lane]))
 
     def _write_message(self, lane: int, message: Any, during: Phase) -> None:
-        """Write ``lane`` what its command needs beside the segment. A lane whose process died while idle finds its
-        end closed: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``), unless the
-        failure policy will replace it at the next wait, which gives its envs a reset of their own."""
+        """Write ``lane`` what its command needs beside the segment. A lane whose process died while
+        idle finds its end closed: that is a ``WorkerDiedError`` naming it (not a ``BrokenPipeError``),
+        unless the failure policy will replace it at the next wait, which gives its envs a reset of
+        their own."""
         try:
             self.pool.write_message(lane, message, during)
         except WorkerDiedError as error:

@@ -15,6 +15,7 @@ each written here (at the end of this module) rather than left to an import's si
 
 from vecshm import sb3
 from vecshm._version import __version__
+from vecshm.check import check  # the function: its package stays importable (python -m vecshm.check)
 from vecshm.envs import register_envs
 from vecshm.monitor import Monitor
 from vecshm.shared.affinity import Topology, topology
@@ -80,6 +81,7 @@ __all__ = [
     "WorkerDiedError",
     "WorkerError",
     "Monitor",
+    "check",
     "make_vec",
     "make_vec_env",
     "share",

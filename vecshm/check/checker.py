@@ -27,7 +27,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from vecshm.check.compare import first_difference, shown
 from vecshm.check.crossing import crossing_failure
-from vecshm.check.findings import CheckReport, Finding, RunOutcome
+from vecshm.check.findings import CheckReport, Finding, Outcome, RunOutcome
 from vecshm.check.lockstep import Actions, StepDifference, action_stream, step_sb3, step_vector
 from vecshm.check.watch import Watched, watched
 from vecshm.parent.processes.start_methods import default_start_method
@@ -113,7 +113,7 @@ def check(
                 step=differs_alone.step,
             )
         )
-    again = "same" if differs_alone is None else "differs"
+    again: Outcome = "same" if differs_alone is None else "differs"
     runs = [RunOutcome("this process, again (SyncVectorEnv)", None, None, again)]
     plans = check_run.plans(api, methods, kinds)
     for k, plan in enumerate(plans, start=1):
@@ -301,7 +301,7 @@ class _Run:
         except Exception as exc:
             text = f"{type(exc).__name__}: {str(exc).split(chr(10) * 2)[0].strip()}"  # (not the worker's traceback)
             return RunOutcome(plan.name, plan.start_method, plan.transport, "error", text, perf_counter() - started)
-        outcome = "differs" if differs is not None else ("same" if values else "same structure")
+        outcome: Outcome = "differs" if differs is not None else ("same" if values else "same structure")
         detail = differs.describe() if differs is not None else ""
         return RunOutcome(plan.name, plan.start_method, plan.transport, outcome, detail, perf_counter() - started)
 
@@ -309,7 +309,8 @@ class _Run:
         """Build ``plan``'s vec env, note its workers' env state, and step it beside its reference."""
         from vecshm import ShmVecEnv, ShmVectorEnv
 
-        ours = peer = None
+        ours: Any = None
+        peer: Any = None
         try:
             with _transport(plan.transport):
                 if plan.api == "sb3":
@@ -347,11 +348,12 @@ class _Run:
 
 def _sb3_reference(factories: list[Callable[[], gym.Env]]) -> Any:
     """SB3's own ``DummyVecEnv`` where SB3 is installed, else vecshm's, which follows it."""
+    reference: Any
     try:
-        from stable_baselines3.common.vec_env import DummyVecEnv
+        from stable_baselines3.common.vec_env import DummyVecEnv as reference
     except ImportError:
-        from vecshm.vec_env.dummy import DummyVecEnv
-    return DummyVecEnv(factories)
+        from vecshm.vec_env.dummy import DummyVecEnv as reference
+    return reference(factories)
 
 
 def _blame(runs: list[RunOutcome], state_differences: dict[str, list[str]], crossed: bool, cast: bool) -> list[Finding]:

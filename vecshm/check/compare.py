@@ -49,11 +49,16 @@ def first_difference(ours: Any, reference: Any, path: Path = (), values: bool = 
         return _array_difference(np.asarray(ours), np.asarray(reference), path, values)
     if type(ours) is not type(reference):
         return Difference(path, "type", ours, reference)
-    if type(ours).__eq__ is object.__eq__:  # equal only to itself (a lock, a generator): the type is all
+    if _equal_only_to_itself(ours):  # a lock, a generator: the type is all that can compare
         return None
     if not values or ours == reference or (ours != ours and reference != reference):
         return None
     return Difference(path, "values", ours, reference)
+
+
+def _equal_only_to_itself(value: Any) -> bool:
+    """Whether ``value``'s class keeps ``object``'s identity comparison."""
+    return all("__eq__" not in vars(cls) for cls in type(value).__mro__[:-1])
 
 
 def _dict_difference(ours: Any, reference: Any, path: Path, values: bool) -> Difference | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["KINDS", "CheckReport", "Finding", "Kind", "RunOutcome"]
+__all__ = ["KINDS", "CheckReport", "Finding", "Kind", "Outcome", "RunOutcome"]
 
 Kind = Literal[
     "nondeterministic",
@@ -61,6 +61,9 @@ class Finding:
         return KINDS[self.kind][0]
 
 
+Outcome = Literal["same", "differs", "error", "same structure"]
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """One run of the env and how it compared: ``same`` (bit-identical to its reference), ``differs``,
@@ -70,7 +73,7 @@ class RunOutcome:
     name: str
     start_method: str | None
     transport: str | None
-    outcome: Literal["same", "differs", "error", "same structure"]
+    outcome: Outcome
     detail: str = ""
     seconds: float = 0.0
 

@@ -37,7 +37,8 @@ def action_stream(space: spaces.Space, num_envs: int, steps: int, seed: int) -> 
     batches, per_env = [], []
     for _ in range(steps):
         samples = [space.sample() for _ in range(num_envs)]
-        batch = concatenate(space, samples, create_empty_array(space, num_envs))
+        empty: Any = create_empty_array(space, num_envs)
+        batch = concatenate(space, samples, empty)
         batches.append(batch)
         per_env.append(samples if isinstance(space, (spaces.Dict, spaces.Tuple)) else batch)
     return Actions(batches, per_env)
@@ -92,7 +93,7 @@ def _env_of(part: str, found: Difference, ours: Any, reference: Any, space: spac
             return next((i for i, (a, b) in enumerate(pairs) if first_difference(a, b) is not None), None)
         except Exception:  # a batch of another structure (its own difference, reported as it is)
             return None
-    return next((p for p in found.path if isinstance(p, (int, np.integer))), None)
+    return next((int(p) for p in found.path if isinstance(p, (int, np.integer))), None)
 
 
 def step_vector(
@@ -107,17 +108,16 @@ def step_vector(
     the episodes ``ours`` ended. ``ours`` runs every step, the reference until they differ; with no
     ``reference``, ``ours`` runs alone."""
     space, n = ours.single_observation_space, ours.num_envs
-    a = ours.reset(seed=seed)
+    reset = ours.reset(seed=seed)
     found = None
     if reference is not None:
-        found = _compare(0, list(zip(("obs", "infos"), a, reference.reset(seed=seed))), space, n, values)
+        found = _compare(0, list(zip(("obs", "infos"), reset, reference.reset(seed=seed))), space, n, values)
     episodes = 0
     for t, batch in enumerate(actions.batches, start=1):
-        a = ours.step(batch)
-        episodes += int(np.sum(a[2] | a[3]))
+        step = ours.step(batch)
+        episodes += int(np.sum(step[2] | step[3]))
         if reference is not None and found is None:
-            b = reference.step(batch)
-            parts = list(zip(("obs", "rewards", "terminations", "truncations", "infos"), a, b))
+            parts = list(zip(("obs", "rewards", "terminations", "truncations", "infos"), step, reference.step(batch)))
             found = _compare(t, parts, space, n, values)
     return found, episodes
 

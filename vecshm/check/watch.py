@@ -92,7 +92,7 @@ class Watched(gym.Wrapper):
         for leaf, value in zip(leaves(space), values):
             if leaf.dynamic:
                 continue
-            where = f"observation{leaf.name and ' ' + leaf.name}"
+            where = "observation" + "".join(f"[{part!r}]" for part in leaf.path)
             array = np.asarray(value)
             if array.shape != leaf.shape:
                 problem = True

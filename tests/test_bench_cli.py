@@ -76,6 +76,31 @@ def test_default_run_covers_pixels_and_a_real_env_in_both_modes():
     assert "vecshm ShmVectorEnv async (batch n/2)" in names and "SB3 SubprocVecEnv" in names
 
 
+def test_the_user_s_env_runs_on_every_system_that_can_run_it_and_the_table_says_why_not(tmp_path, capsys):
+    """--env alone: the user's env only, every default system and the other peers, EnvPool
+    skipped with its reason, a line per measurement where standard error is no terminal."""
+    argv = ["--env", "CartPole-v1", "-n", "2", "-r", "1", "--seconds", "0.05", "--no-floor", "-o", str(tmp_path)]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    (case,) = report["cases"]
+    assert case["workload"] == "CartPole-v1" and case["n_envs"] == 2
+    assert {"vecshm ShmVecEnv", "SB3 SubprocVecEnv", "Gymnasium SyncVectorEnv"} <= set(case["rounds"])
+    assert "C++" in case["skipped"]["EnvPool"] and "TorchRL ParallelEnv" in {*case["rounds"], *case["skipped"]}
+    assert "ideal (independent processes)" not in case["rounds"] and "no ideal" in case["note"]
+    err = capsys.readouterr().err
+    counted = re.findall(r"\[(\d+)/(\d+)\]", err)
+    assert counted and counted[-1][0] == counted[-1][1]  # the display's count is what the run did
+
+
+def test_the_user_s_env_by_module_and_keywords_with_an_ideal_when_its_step_does_work(tmp_path):
+    argv = ["--env", "vecshm.envs:BusyEnv", "--env-kwargs", '{"step_us": 200}', "-n", "2", "-r", "1"]
+    argv += ["--seconds", "0.05", "--no-floor", "-s", "vecshm ShmVecEnv", "SB3 SubprocVecEnv", "-o", str(tmp_path)]
+    assert main([*argv, "-q"]) == 0
+    (case,) = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert len(case["rounds"]["ideal (independent processes)"]) == 1
+    assert "the ideal is measured" in case["note"]
+
+
 def test_unknown_names_are_clear_errors():
     with pytest.raises(ValueError, match="unknown system"):
         get_systems(["NoSuchVecEnv"])

@@ -45,8 +45,10 @@ def make_named_env(name: str, kwargs: Mapping[str, Any]) -> gym.Env:
     if target is not None:
         return target(**kwargs)
     namespace = name.partition("/")[0] if "/" in name else None
-    if namespace in REGISTERING_PACKAGES and namespace not in {spec.namespace for spec in gym.registry.values()}:
-        importlib.import_module(REGISTERING_PACKAGES[namespace])
+    if namespace in REGISTERING_PACKAGES:
+        package = importlib.import_module(REGISTERING_PACKAGES[namespace])
+        if namespace == "ALE":  # its banner, printed by every process that makes a game, says nothing
+            package.ALEInterface.setLoggerMode(package.LoggerMode.Error)
     return gym.make(name, **kwargs)
 
 

@@ -22,10 +22,13 @@ from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
 from vecshm.bench.multiagent import ALL_WORKLOADS, MULTIAGENT_SYSTEMS, MULTIAGENT_WORKLOADS
 from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
-from vecshm.bench.systems import SYSTEMS, System, get_systems
-from vecshm.bench.workloads import get_workload
+from vecshm.bench.systems import SYSTEMS, USER_ENV_SYSTEMS, System, get_systems
+from vecshm.bench.workloads import get_workload, user_workload
+from vecshm.user_env import parse_env_kwargs
 
 __all__ = ["main", "build_parser"]
+
+DEFAULT_WORKLOADS = ["frames", "pong"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
         "-w",
         "--workload",
         nargs="+",
-        default=["frames", "pong"],
+        default=DEFAULT_WORKLOADS,
         choices=[*ALL_WORKLOADS, "shared-data"],
-        help="shared-data: memory and start-up of envs holding one large table (vecshm.bench.shared_data)",
+        help="none by default with --env; shared-data: memory and start-up of envs holding one large table "
+        "(vecshm.bench.shared_data)",
     )
+    parser.add_argument(
+        "--env",
+        default=None,
+        metavar="ID_OR_MODULE:CALLABLE",
+        help="your own env: a Gymnasium id (CartPole-v1, ALE/Breakout-v5), module:callable or file.py:callable; "
+        "run on every system that can run it, with the ideal where a step does real work",
+    )
+    parser.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments for --env, a JSON object")
     parser.add_argument(
         "-n",
         "--n-envs",
@@ -79,17 +91,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(quiet: bool) -> tuple[Callable[[str], None], Callable[[], None]]:
+def _progress(quiet: bool, total: int) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A progress display on standard error, advanced once per call (a build or a measurement, of
+    ``total``): a bar with the time left on a terminal (rich), else one line per call."""
     if quiet:
         return (lambda _: None), (lambda: None)
-    try:
-        from rich.console import Console
+    if sys.stderr.isatty():
+        try:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        except ImportError:
+            pass
+        else:
+            bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                transient=True,
+            )
+            task = bar.add_task("starting", total=total)
+            bar.start()
+            return (lambda text: bar.update(task, advance=1, description=text)), bar.stop
+    count = 0
 
-        status = Console(stderr=True).status("starting")
-        status.start()
-        return (lambda text: status.update(text)), status.stop
-    except ImportError:
-        return (lambda text: print(f"  {text}", file=sys.stderr, flush=True)), (lambda: None)
+    def line(text: str) -> None:
+        nonlocal count
+        count += 1
+        print(f"  [{count}/{total}] {text}", file=sys.stderr, flush=True)
+
+    return line, (lambda: None)
+
+
+def _measurements(workloads: list[Any], n_envs: list[int] | None, systems: list[System], names: Any, args: Any) -> int:
+    """How many times a run calls its progress display: once per case, then each system's build and
+    rounds, and the ideal's."""
+    total = 0 if args.no_floor else 1
+    for workload in workloads:
+        for n in n_envs or [workload.default_n]:
+            running = [s for s in systems_for(workload, systems, names) if s.available_for(workload, n) is None]
+            total += 1 + (len(running) + (workload.cpu_bound and not args.no_ideal)) * (1 + args.rounds)
+    return total
 
 
 def floor_figures(frame_bytes: int) -> dict[str, str]:
@@ -114,13 +155,15 @@ def systems_for(workload: Any, single_agent: list[System], names: list[str] | No
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.env and args.workload is DEFAULT_WORKLOADS:  # (argparse's default itself: no -w given)
+        args.workload = []
     if "shared-data" in args.workload:  # memory and start-up, not steps per second: a bench of its own
         from vecshm.bench import shared_data
 
         passed = ["-r", str(args.rounds), "-o", args.output, *(["-n", str(args.n_envs[0])] if args.n_envs else [])]
         shared_data.main(passed + (["-s", *args.systems] if args.systems else []))
         args.workload = [name for name in args.workload if name != "shared-data"]
-        if not args.workload:
+        if not args.workload and not args.env:
             return 0
     if args.device is not None:
         reason = cuda_unavailable(args.device)
@@ -131,14 +174,18 @@ def main(argv: list[str] | None = None) -> int:
         args.no_ideal = True  # the ideal has no copy to a device: not a bound here
         print(f"--device {args.device}: every row ends each step with its observations on {args.device}")
     else:
-        systems = get_systems(args.systems)
-    update, stop = _progress(args.quiet)
+        systems = get_systems(args.systems or (USER_ENV_SYSTEMS if args.env else None))
+    workloads = [get_workload(name, ALL_WORKLOADS) for name in args.workload]
+    if args.env:
+        print(f"timing {args.env} in this process first", file=sys.stderr)
+        workloads.append(user_workload(args.env, parse_env_kwargs(args.env_kwargs)))
+    update, stop = _progress(args.quiet, _measurements(workloads, args.n_envs, systems, args.systems, args))
     cases: list[Case] = []
     info = machine_info()
     floor = None
     try:
-        for name in args.workload:
-            workload = get_workload(name, ALL_WORKLOADS)
+        for workload in workloads:
+            name = workload.name
             reason = workload.available()
             if reason:
                 print(f"skipping workload {name}: {reason}", file=sys.stderr)

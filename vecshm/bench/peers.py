@@ -36,11 +36,11 @@ def _per_core(n_envs: int) -> int:
     return next(w for w in range(min(n_envs, _cores()), 0, -1) if n_envs % w == 0)
 
 
-def _puffer_env(env_id: str, kwargs: dict[str, Any], atari: bool, buf: Any = None, seed: int = 0) -> Any:
+def _puffer_env(env_id: str, kwargs: dict[str, Any], buf: Any = None, seed: int = 0) -> Any:
     """One env as PufferLib's workers build it: they pass the slice of their buffers it writes to."""
     import pufferlib.emulation
 
-    creator = functools.partial(make_env, env_id, kwargs, atari)
+    creator = functools.partial(make_env, env_id, kwargs)
     return pufferlib.emulation.GymnasiumPufferEnv(env_creator=creator, buf=buf, seed=seed)
 
 
@@ -48,7 +48,7 @@ def _puffer_make(workload: Workload, n_envs: int, workers: int, batch_size: int)
     import pufferlib.vector
 
     return pufferlib.vector.make(
-        functools.partial(_puffer_env, workload.env_id, dict(workload.kwargs), workload.atari),
+        functools.partial(_puffer_env, workload.env_id, dict(workload.kwargs)),
         num_envs=n_envs,
         num_workers=workers,
         batch_size=batch_size,
@@ -103,18 +103,18 @@ def tianshou_shmem(wait: bool) -> Callable[[Workload, int], Stepper]:
     return build
 
 
-def _torchrl_env(env_id: str, kwargs: dict[str, Any], atari: bool) -> Any:
-    from torchrl.envs import GymEnv
+def _torchrl_env(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """The env wrapped as TorchRL wraps a Gymnasium env it did not make itself (any id or callable)."""
+    from torchrl.envs import GymWrapper
 
-    make_env(env_id, kwargs, atari).close()  # registers the id in this process (vecshm/..., ALE/...)
-    return GymEnv(env_id, categorical_action_encoding=True, **kwargs)
+    return GymWrapper(make_env(env_id, kwargs), categorical_action_encoding=True)
 
 
 def torchrl_parallel(workload: Workload, n_envs: int) -> Stepper:
     import torch
     from torchrl.envs import ParallelEnv
 
-    env = ParallelEnv(n_envs, functools.partial(_torchrl_env, workload.env_id, dict(workload.kwargs), workload.atari))
+    env = ParallelEnv(n_envs, functools.partial(_torchrl_env, workload.env_id, dict(workload.kwargs)))
     td: Any = None  # the next step's input, as the last step (or the reset) left it
 
     def reset() -> None:

@@ -49,6 +49,7 @@ def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | No
         lines += [
             f"### {case.workload}, {case.n_envs} {case.unit} ({rounds} interleaved rounds)",
             "",
+            *([case.note, ""] if case.note else []),
             f"| system | env-steps/s (median) | min | max | CPU ms / 1k steps | x {case.baseline} |{share_header}",
             f"|---|---:|---:|---:|---:|---:|{share_rule}",
         ]
@@ -64,12 +65,20 @@ def markdown(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | No
             lines.append(f"| {name} | {spread} | {ratio} |{share}")
         for name, reason in case.skipped.items():
             lines.append(f"| {name} | skipped: {reason} | | | | |{' |' if ideal else ''}")
-        lines.append("")
+        lines += ["", RATIO_NOTE.format(baseline=case.baseline), ""]
     if floor:
         lines += ["### Floor on this machine", ""]
         lines += [f"- {key}: {value}" for key, value in floor.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+# Under every table: the ratio column cannot be recomputed from the medians beside it, on purpose.
+RATIO_NOTE = (
+    "x {baseline} is the median of each round's ratio (both measured back to back in that round), "
+    "not the ratio of the medians above: it cancels the host's drift between rounds, so it can differ "
+    "from dividing one median by another."
+)
 
 
 def to_json(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | None, argv: list[str]) -> str:
@@ -82,6 +91,7 @@ def to_json(cases: list[Case], info: dict[str, Any], floor: dict[str, Any] | Non
                 {
                     "workload": c.workload,
                     "n_envs": c.n_envs,
+                    "note": c.note,
                     "rounds": c.rounds,
                     "cpu_ms_per_1000_env_steps": c.cpu,
                     "ratios_to_baseline": {name: c.ratios(name) for name in c.rounds},
@@ -115,21 +125,36 @@ def plot(cases: list[Case], path: str) -> str | None:
 
 
 def _ratio_figure(plt: Any, cases: list[Case]) -> Any:
-    """One panel per workload (each on its own scale): every system's median ratio to the baseline."""
+    """One panel per workload (each on its own scale): every system's median ratio to the baseline,
+    one colour per system across the panels (20 before one repeats), and the ideal, where it was
+    measured, as a dashed line."""
     baselines = {IDEAL, *(c.baseline for c in cases)}
     names = [name for name in dict.fromkeys(n for c in cases for n in c.rounds) if name not in baselines]
-    colors = {name: plt.get_cmap("tab10")(k % 10) for k, name in enumerate(names)}
-    fig, axes = plt.subplots(len(cases), 1, figsize=(9, 0.9 + 0.42 * len(names) * len(cases)), squeeze=False)
+    colors = {name: plt.get_cmap("tab20")(k % 20) for k, name in enumerate(names)}
+    fig, axes = plt.subplots(len(cases), 1, figsize=(9, 1.6 + 0.42 * (len(names) + 1) * len(cases)), squeeze=False)
     for ax, case in zip(axes[:, 0], cases):
         shown = [(name, float(np.median(case.ratios(name)))) for name in names if case.ratios(name)]
         for y, (name, value) in enumerate(shown):
             ax.barh(y, value, 0.8, color=colors[name])
             ax.text(value, y, f" {value:.2f}x", va="center", fontsize=8)
+        ideal = float(np.median(case.ratios(IDEAL))) if case.ratios(IDEAL) else None
+        if ideal is not None:
+            ax.axvline(ideal, color="dimgray", linestyle="--", linewidth=1)
+            # (x where the line is, y at the panel's top whatever its bars)
+            ax.text(
+                ideal,
+                0.99,
+                f" ideal {ideal:.2f}x",
+                fontsize=8,
+                color="dimgray",
+                va="top",
+                transform=ax.get_xaxis_transform(),
+            )
         ax.set_yticks(range(len(shown)))
         ax.set_yticklabels([name for name, _ in shown], fontsize=8)
         ax.invert_yaxis()
         ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_xlim(0, max([value for _, value in shown] + [1.0]) * 1.15)
+        ax.set_xlim(0, max([value for _, value in shown] + [1.0, ideal or 0.0]) * 1.15)
         ax.set_title(f"{case.workload}, {case.n_envs} {case.unit} (x {case.baseline})", fontsize=10)
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("env-steps/s relative to each panel's baseline (1.0 = the same; higher is faster)")

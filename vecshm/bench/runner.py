@@ -34,6 +34,7 @@ class Case:
     skipped: dict[str, str] = field(default_factory=dict)
     baseline: str = BASELINE  # what ratios divide by (the multi-agent workloads: SuperSuit)
     unit: str = "envs"  # what n_envs counts (the multi-agent workloads: copies of the env, each a row per agent)
+    note: str = ""  # a line under the case's heading (the user's env: its step time, and why an ideal or not)
 
     def ratios(self, name: str, baseline: str | None = None) -> list[float]:
         """Round-by-round ratio of ``name`` to ``baseline`` (default: the case's; same round, same machine state)."""
@@ -139,6 +140,13 @@ def run_case(
 ) -> Case:
     """Build every system once, then measure them in interleaved rounds (A B C A B C ...)."""
     case = Case(workload.name, n_envs, baseline=workload.baseline, unit=getattr(workload, "unit", "envs"))
+    if getattr(workload, "user", False):
+        why = (
+            "a step does real work, so the ideal is measured: independent processes, no vectorizer"
+            if workload.cpu_bound
+            else "a step this cheap is mostly the loop around it, so no ideal is measured"
+        )
+        case.note = f"{workload.description}: {why}."
     actions = workload.actions(n_envs)
     built: dict[str, Any] = {}
     meters: dict[str, CpuMeter] = {}

@@ -52,6 +52,8 @@ class System:
                 found = False
             if not found:
                 return f"{module.split('.')[0]} is not installed"
+        if self.name.startswith("EnvPool") and workload.user:
+            return "EnvPool runs only the envs compiled into it (C++), not a Python env"
         if self.name.startswith("EnvPool") and not workload.atari:
             return "EnvPool only runs its own (Atari) envs"
         return None

@@ -11,7 +11,7 @@ from vecshm.bench.peers import PEER_SYSTEMS
 from vecshm.bench.stepper import Stepper, System
 from vecshm.bench.workloads import Workload
 
-__all__ = ["System", "SYSTEMS", "Stepper", "envpool_like_ale_v5", "get_systems"]
+__all__ = ["System", "SYSTEMS", "USER_ENV_SYSTEMS", "Stepper", "envpool_like_ale_v5", "get_systems"]
 
 
 def _stepper(venv: Any) -> Stepper:
@@ -190,6 +190,10 @@ SYSTEMS: dict[str, System] = {
 }
 
 BASELINE = "SB3 SubprocVecEnv"
+
+# For the user's own env (--env): the default comparison, and every other peer, each skipped with
+# its reason where it cannot run here (not installed; EnvPool runs only its own envs).
+USER_ENV_SYSTEMS = [name for name, s in SYSTEMS.items() if s.default or name.startswith(("Tianshou", "TorchRL"))]
 
 
 def get_systems(names: list[str] | None, table: dict[str, System] | None = None) -> list[System]:

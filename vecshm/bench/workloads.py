@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["Workload", "WORKLOADS", "get_workload"]
+from vecshm.user_env import make_named_env
+
+__all__ = ["Workload", "WORKLOADS", "get_workload", "make_env", "user_workload"]
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,10 @@ class Workload:
     cpu_bound: bool = False
     default_n: int = 8  # envs, unless -n says otherwise
     baseline: str = "SB3 SubprocVecEnv"  # what the table's ratios divide by
+    user: bool = False  # the user's own env (--env): a Python env, which EnvPool cannot run
 
     def factory(self) -> Callable[[], gym.Env]:
-        return functools.partial(make_env, self.env_id, dict(self.kwargs), self.atari)
+        return functools.partial(make_env, self.env_id, dict(self.kwargs))
 
     def factories(self, n_envs: int) -> list[Callable[[], gym.Env]]:
         return [self.factory() for _ in range(n_envs)]
@@ -65,26 +69,56 @@ class Workload:
 
     def actions(self, n_envs: int, count: int = 64, seed: int = 0) -> list[np.ndarray]:
         """A fixed cycle of action batches, the same for every system."""
-        space = gym.make(self.env_id, **dict(self.kwargs)).action_space if not self.atari else _atari_space(self)
+        env = self.factory()()
+        space = env.action_space
+        env.close()
         space.seed(seed)
         return [np.stack([np.asarray(space.sample()) for _ in range(n_envs)]) for _ in range(count)]
 
 
-def _atari_space(workload: Workload) -> gym.Space:
-    env = make_env(workload.env_id, dict(workload.kwargs), True)
-    space = env.action_space
-    env.close()
-    return space
+def make_env(env_id: str, kwargs: dict) -> gym.Env:
+    """The env every system builds: vecshm's ids registered first (a spawned worker has not
+    imported vecshm), then the name as :func:`vecshm.user_env.make_named_env` reads it."""
+    import vecshm.envs  # noqa: F401
+
+    return make_named_env(env_id, kwargs)
 
 
-def make_env(env_id: str, kwargs: dict, atari: bool) -> gym.Env:
-    if atari:
-        import ale_py
+# A user's env whose step takes at least this long in one process does real work: the bench measures
+# the ideal for it (independent processes). A cheaper step is mostly the loop around it.
+CPU_BOUND_SECONDS = 50e-6
 
-        gym.register_envs(ale_py)
-    else:
-        import vecshm.envs  # noqa: F401  (registers vecshm/... ids in spawned workers)
-    return gym.make(env_id, **kwargs)
+
+def user_workload(env: str, kwargs: dict[str, Any], seconds: float = 0.5) -> Workload:
+    """The workload of the user's env (``--env``), its step timed here first: CPU-bound (with an
+    ideal) when a step takes :data:`CPU_BOUND_SECONDS` or more."""
+    step = step_seconds(env, kwargs, seconds)
+    return Workload(
+        env,
+        f"your env, {step * 1e6:,.0f} us per step in one process",
+        env,
+        tuple(kwargs.items()),
+        cpu_bound=step >= CPU_BOUND_SECONDS,
+        user=True,
+    )
+
+
+def step_seconds(env_id: str, kwargs: dict[str, Any], seconds: float) -> float:
+    """The mean time of one step of the env in this process, random actions and resets included,
+    over about ``seconds``."""
+    env = make_env(env_id, kwargs)
+    try:
+        env.action_space.seed(0)
+        env.reset(seed=0)
+        steps, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds or steps < 10:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+            steps += 1
+        return elapsed / steps
+    finally:
+        env.close()
 
 
 WORKLOADS: dict[str, Workload] = {

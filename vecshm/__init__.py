@@ -33,6 +33,7 @@ from vecshm.shared.errors import (
     WorkerError,
 )
 from vecshm.shared.sharing import SharedArray, SharedDataError, share
+from vecshm.tune import tune  # the function: its package stays importable (python -m vecshm.tune)
 from vecshm.vec_env import (
     CloudpickleWrapper,
     DummyVecEnv,
@@ -85,6 +86,7 @@ __all__ = [
     "make_vec",
     "make_vec_env",
     "share",
+    "tune",
     "topology",
     "RunningMeanStd",
     "StackedObservations",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from vecshm.bench.device import cuda_unavailable, device_systems
@@ -24,6 +23,7 @@ from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
 from vecshm.bench.systems import SYSTEMS, USER_ENV_SYSTEMS, System, get_systems
 from vecshm.bench.workloads import get_workload, user_workload
+from vecshm.progress import Progress
 from vecshm.user_env import parse_env_kwargs
 
 __all__ = ["main", "build_parser"]
@@ -91,37 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(quiet: bool, total: int) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """A progress display on standard error, advanced once per call (a build or a measurement, of
-    ``total``): a bar with the time left on a terminal (rich), else one line per call."""
-    if quiet:
-        return (lambda _: None), (lambda: None)
-    if sys.stderr.isatty():
-        try:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-        except ImportError:
-            pass
-        else:
-            bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                transient=True,
-            )
-            task = bar.add_task("starting", total=total)
-            bar.start()
-            return (lambda text: bar.update(task, advance=1, description=text)), bar.stop
-    count = 0
-
-    def line(text: str) -> None:
-        nonlocal count
-        count += 1
-        print(f"  [{count}/{total}] {text}", file=sys.stderr, flush=True)
-
-    return line, (lambda: None)
-
-
 def _measurements(workloads: list[Any], n_envs: list[int] | None, systems: list[System], names: Any, args: Any) -> int:
     """How many times a run calls its progress display: once per case, then each system's build and
     rounds, and the ideal's."""
@@ -179,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.env:
         print(f"timing {args.env} in this process first", file=sys.stderr)
         workloads.append(user_workload(args.env, parse_env_kwargs(args.env_kwargs)))
-    update, stop = _progress(args.quiet, _measurements(workloads, args.n_envs, systems, args.systems, args))
+    display = Progress(_measurements(workloads, args.n_envs, systems, args.systems, args), args.quiet)
+    update, stop = display.update, display.stop
     cases: list[Case] = []
     info = machine_info()
     floor = None

@@ -55,7 +55,7 @@ class LiveMeasurer:
         env = self.factories[0]()
         try:
             env.reset(seed=0)
-            times = []
+            times: list[float] = []
             start = time.perf_counter()
             while time.perf_counter() - start < seconds or len(times) < 10:
                 began = time.perf_counter()

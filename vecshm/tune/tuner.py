@@ -223,7 +223,8 @@ class _Search:
         # final rounds: the leaders again, in turn with the references
         measured = [p for p in plans if p in self.rates]
         leaders = sorted(measured, key=self.median, reverse=True)[:3]
-        rounds, turn = 2, [*leaders, *REFERENCES]
+        rounds = 2
+        turn: list[Plan | str] = [*leaders, *REFERENCES]
         for r in range(rounds):
             for k, what in enumerate(turn):
                 self.measure(what, self.each("final", (rounds - r) * len(turn) - k))

@@ -101,6 +101,17 @@ def test_the_user_s_env_by_module_and_keywords_with_an_ideal_when_its_step_does_
     assert "the ideal is measured" in case["note"]
 
 
+def test_tune_s_choice_is_measured_against_every_plan_it_could_have_chosen(tmp_path, capsys):
+    from vecshm.bench import tuned
+
+    argv = ["-w", "mix", "-n", "2", "--seconds", "3", "-r", "1", "--sweep-seconds", "0.05", "-o", str(tmp_path)]
+    assert tuned.main(argv) == 0
+    (found,) = json.loads((tmp_path / "tuned.json").read_text())["workloads"]
+    assert found["workload"] == "mix" and len(found["sweep"]) >= 2
+    chosen = [line for line in (tmp_path / "tuned.md").read_text().splitlines() if "(tune's choice)" in line]
+    assert len(chosen) == 1 and chosen[0] in capsys.readouterr().out
+
+
 def test_unknown_names_are_clear_errors():
     with pytest.raises(ValueError, match="unknown system"):
         get_systems(["NoSuchVecEnv"])

@@ -26,6 +26,7 @@ __all__ = ["LOOPS", "Measured", "Tuned", "tune"]
 LOOPS = ("step", "send-recv")
 SPIN_MATTERS_BELOW = 1e-3  # a batch that takes this long or more leaves nothing for a busy-wait to win
 PIN_FROM_CORES = 4  # pinning is weighed from this many usable cores (with fewer, every process shares them)
+VARIANT_MARGIN = 1.03  # a variant (no busy-wait, pinned) must beat its plan by this much: less is the host's noise
 # Where each phase ends, as a share of the budget: each phase sizes its measurements from the time
 # left to it, so that building vec envs (not measured) cannot push the whole past the budget.
 _ENDS = {"profile": 0.05, "first": 0.5, "final": 0.85, "variants": 1.0}
@@ -270,7 +271,8 @@ class _Search:
                 self.measure(what, self.each("variants", (2 - r) * len(turn) - k))
         for variant in variants:
             self.notes[variant] = "on the chosen plan, measured in turn with it"
-        return max(turn, key=self.median)
+        best = max(variants, key=self.median)
+        return best if self.median(best) > VARIANT_MARGIN * self.median(chosen) else chosen
 
     def _reason(self, chosen: Plan, profile: EnvProfile, measured: list[Plan]) -> str:
         step = profile.step_seconds * 1e6
@@ -290,7 +292,8 @@ class _Search:
                 f"enough work to keep {min(chosen.processes, self.cores)} cores busy"
             )
         skipped = sum(1 for note in self.notes.values() if note.startswith("skipped: at best"))
-        others = f"; {len(measured)} plans measured, {skipped} skipped as unable to win" if measured else ""
+        plans = f"{len(measured)} plan{'s' if len(measured) != 1 else ''} measured"
+        others = f"; {plans}, {skipped} skipped as unable to win" if measured else ""
         extras = []
         if chosen.spin == 0:
             extras.append("no busy-wait, which won in turn")

@@ -39,6 +39,10 @@ class Progress:
         else:
             print(f"  [{self.done:g}/{self.total:g}] {text}", file=sys.stderr, flush=True)
 
+    def at(self, text: str, fraction: float) -> None:
+        """:meth:`update` to ``fraction`` of the total (what ``vecshm.tune`` reports)."""
+        self.update(text, round(self.total * fraction))
+
     def stop(self) -> None:
         if self.bar is not None:
             self.bar.stop()

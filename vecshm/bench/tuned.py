@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             tuned = tune(
                 factories,
                 seconds=args.seconds,
-                progress=lambda line, done, shown=display: shown.update(line, round(100 * done)),
+                progress=display.at,
             )
         finally:
             display.stop()

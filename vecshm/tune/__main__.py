@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             loop=args.loop,
             caller_seconds=args.caller_ms / 1e3,
             env_kwargs=parse_env_kwargs(args.env_kwargs),
-            progress=lambda line, done: display.update(line, round(100 * done)),
+            progress=display.at,
         )
     finally:
         display.stop()

@@ -179,7 +179,7 @@ def test_sb3_identity_envs_pass():
 @pytest.mark.parametrize("env", ["ALE/Pong-v5", "ALE/Breakout-v5"])
 def test_atari_envs_pass(env):
     pytest.importorskip("ale_py")
-    report = vecshm.check(env, api="both", start_methods=["forkserver"], transports=["native"], steps=300)
+    report = vecshm.check(env, api="both", start_methods=["forkserver"], transports=["native"], steps=120)
     assert report.ok and kinds(report) <= {"no-episode-end"}, report
 
 

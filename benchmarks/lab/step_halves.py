@@ -88,7 +88,7 @@ def vecshm_parent(cls: type, steps: int) -> float:
 def puffer_env(buf: Any = None, seed: int = 0) -> Any:
     from vecshm.bench.peers import _puffer_env
 
-    return _puffer_env(WORKLOAD.env_id, dict(WORKLOAD.kwargs), WORKLOAD.atari, buf, seed)
+    return _puffer_env(WORKLOAD.env_id, dict(WORKLOAD.kwargs), buf, seed)
 
 
 def puffer_parent(steps: int) -> float:

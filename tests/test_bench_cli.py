@@ -101,6 +101,14 @@ def test_the_user_s_env_by_module_and_keywords_with_an_ideal_when_its_step_does_
     assert "the ideal is measured" in case["note"]
 
 
+def test_the_user_s_pettingzoo_env_runs_on_the_multi_agent_systems(tmp_path):
+    pytest.importorskip("mpe2")
+    argv = ["--env", "mpe2.simple_spread_v3:parallel_env", "-n", "2", "-r", "1", "--seconds", "0.05", "--no-floor"]
+    assert main([*argv, "--no-ideal", "-o", str(tmp_path), "-q"]) == 0
+    (case,) = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert "vecshm AgentVecEnv" in case["rounds"] and "3 agents" in case["note"]
+
+
 def test_tune_s_choice_is_measured_against_every_plan_it_could_have_chosen(tmp_path, capsys):
     from vecshm.bench import tuned
 

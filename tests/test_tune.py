@@ -19,6 +19,9 @@ class Model:
     and the processes share the cores; the caller's time adds to a whole step and overlaps an async
     batch. Each measurement moves the clock on by its length, and building a plan by ``build``."""
 
+    names = {"SubprocVecEnv": "SB3 SubprocVecEnv", "in-process": "SB3 DummyVecEnv"}
+    unit = "env-steps/s"
+
     def __init__(self, step: float, hand_off: float = 60e-6, cores: int = 2, caller: float = 0.0) -> None:
         self.step, self.hand_off, self.cores, self.caller = step, hand_off, cores, caller
         self.now = 0.0
@@ -156,3 +159,19 @@ def test_the_command_measures_for_real_within_its_budget(capsys):
     found = json.loads(capsys.readouterr().out)
     assert found["seconds"] <= 4 * 1.25 and found["options"]["envs_per_worker"] in (1, 2, 4)
     assert found["references"]["SubprocVecEnv"] > 0 and found["references"]["in-process"] > 0
+
+
+@pytest.mark.slow
+def test_a_pettingzoo_parallel_env_is_tuned_as_copies_on_agent_vec_env():
+    pytest.importorskip("mpe2")
+    result = vecshm.tune("mpe2.simple_spread_v3:parallel_env", num_envs=2, seconds=4)
+    assert result.agents and result.unit == "copy-steps/s (3 agents each)"
+    assert result.constructor().startswith("AgentVecEnv(parallel_env, 2, envs_per_worker=")
+    assert all(m.label.split(", ")[0].endswith("copies") for m in result.measured)
+    from mpe2 import simple_spread_v3
+
+    from vecshm.pettingzoo import AgentVecEnv
+
+    venv = AgentVecEnv(simple_spread_v3.parallel_env(), 2, **result.options)
+    assert venv.reset().shape == (6, 18)
+    venv.close()

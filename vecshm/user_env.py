@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["EnvSource", "env_factories", "make_named_env", "parse_env_kwargs"]
+__all__ = ["EnvSource", "env_factories", "is_parallel_env", "make_named_env", "parse_env_kwargs"]
 
 # Gymnasium namespaces whose envs a package registers when it is imported (Gymnasium 1 no longer
 # imports it for you): the package to import when ``gym.make`` does not know the namespace.
@@ -37,9 +37,15 @@ def parse_env_kwargs(text: str | None) -> dict[str, Any]:
     return value
 
 
-def make_named_env(name: str, kwargs: Mapping[str, Any]) -> gym.Env:
+def is_parallel_env(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo ``ParallelEnv`` (its agents, each with its spaces), not a Gymnasium env."""
+    return not isinstance(env, gym.Env) and hasattr(env, "possible_agents") and callable(getattr(env, "step", None))
+
+
+def make_named_env(name: str, kwargs: Mapping[str, Any]) -> Any:
     """The env ``name`` names, built with ``kwargs``: ``module:callable`` or ``file.py:callable``
-    where the part after the colon is a callable of that module, else ``gym.make(name, **kwargs)``
+    where the part after the colon is a callable of that module (a Gymnasium env, or a PettingZoo
+    ``ParallelEnv`` such as ``mpe2.simple_spread_v3:parallel_env``), else ``gym.make(name, **kwargs)``
     (which also takes Gymnasium's own ``module:EnvId-v0``)."""
     target = _callable(name)
     if target is not None:

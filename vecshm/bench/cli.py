@@ -18,13 +18,13 @@ from typing import Any
 
 from vecshm.bench.device import cuda_unavailable, device_systems
 from vecshm.bench.floor import memcpy_seconds, semaphore_round_trip
-from vecshm.bench.multiagent import ALL_WORKLOADS, MULTIAGENT_SYSTEMS, MULTIAGENT_WORKLOADS
+from vecshm.bench.multiagent import ALL_WORKLOADS, MULTIAGENT_SYSTEMS, MultiAgentWorkload, user_agent_workload
 from vecshm.bench.report import machine_info, markdown, plot, to_json
 from vecshm.bench.runner import Case, run_case
 from vecshm.bench.systems import SYSTEMS, USER_ENV_SYSTEMS, System, get_systems
 from vecshm.bench.workloads import get_workload, user_workload
 from vecshm.progress import Progress
-from vecshm.user_env import parse_env_kwargs
+from vecshm.user_env import is_parallel_env, make_named_env, parse_env_kwargs
 
 __all__ = ["main", "build_parser"]
 
@@ -114,7 +114,7 @@ def floor_figures(frame_bytes: int) -> dict[str, str]:
 def systems_for(workload: Any, single_agent: list[System], names: list[str] | None) -> list[System]:
     """The systems measured on ``workload``: ``single_agent`` (chosen already), or for a multi-agent
     one, those ``names`` choose among the multi-agent systems (all the defaults where none match)."""
-    if workload not in MULTIAGENT_WORKLOADS.values():
+    if not isinstance(workload, MultiAgentWorkload):
         return single_agent
     try:
         return get_systems(names, MULTIAGENT_SYSTEMS)
@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [get_workload(name, ALL_WORKLOADS) for name in args.workload]
     if args.env:
         print(f"timing {args.env} in this process first", file=sys.stderr)
-        workloads.append(user_workload(args.env, parse_env_kwargs(args.env_kwargs)))
+        kwargs = parse_env_kwargs(args.env_kwargs)
+        probe = make_named_env(args.env, kwargs)
+        agents = is_parallel_env(probe)
+        probe.close()
+        workloads.append((user_agent_workload if agents else user_workload)(args.env, kwargs))
     display = Progress(_measurements(workloads, args.n_envs, systems, args.systems, args), args.quiet)
     update, stop = display.update, display.stop
     cases: list[Case] = []

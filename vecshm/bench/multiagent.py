@@ -10,8 +10,10 @@ usable core (at most one per copy), each stepping its share of the copies in a p
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,16 +21,25 @@ from typing import Any
 import numpy as np
 
 from vecshm.bench.systems import Stepper, System
-from vecshm.bench.workloads import WORKLOADS
+from vecshm.bench.workloads import CPU_BOUND_SECONDS, WORKLOADS
+from vecshm.user_env import make_named_env
 
-__all__ = ["ALL_WORKLOADS", "MultiAgentWorkload", "MULTIAGENT_SYSTEMS", "MULTIAGENT_WORKLOADS", "SUPERSUIT_PROCESSES"]
+__all__ = [
+    "ALL_WORKLOADS",
+    "MultiAgentWorkload",
+    "MULTIAGENT_SYSTEMS",
+    "MULTIAGENT_WORKLOADS",
+    "SUPERSUIT_PROCESSES",
+    "user_agent_workload",
+]
 
 SUPERSUIT_PROCESSES = "SuperSuit (num_cpus=cores)"
 
 
 @dataclass(frozen=True)
 class MultiAgentWorkload:
-    """A PettingZoo env (``module`` has ``parallel_env(**kwargs)``) vectorized as rows."""
+    """A PettingZoo env (``module`` has ``parallel_env(**kwargs)``, or ``maker``: the user's
+    ``module:callable`` of ``--env``) vectorized as rows."""
 
     name: str
     description: str
@@ -39,8 +50,12 @@ class MultiAgentWorkload:
     baseline: str = SUPERSUIT_PROCESSES
     unit: str = "copies"
     requires: tuple[str, ...] = ("pettingzoo",)
+    maker: str | None = None
+    user: bool = False
 
     def parallel_env(self) -> Any:
+        if self.maker is not None:
+            return make_named_env(self.maker, dict(self.kwargs))
         return importlib.import_module(self.module).parallel_env(**dict(self.kwargs))
 
     def available(self) -> str | None:
@@ -148,3 +163,19 @@ MULTIAGENT_WORKLOADS: dict[str, MultiAgentWorkload] = {
 }
 
 ALL_WORKLOADS: dict[str, Any] = {**WORKLOADS, **MULTIAGENT_WORKLOADS}  # what the bench's -w chooses from
+
+
+def user_agent_workload(env: str, kwargs: dict[str, Any], seconds: float = 0.5) -> MultiAgentWorkload:
+    """The workload of the user's PettingZoo parallel env (``--env module:callable``), a copy's step
+    (every agent) timed here first: CPU-bound, with an ideal, where it takes
+    :data:`~vecshm.bench.workloads.CPU_BOUND_SECONDS` or more."""
+    workload = MultiAgentWorkload(env, "", env, tuple(kwargs.items()), maker=env, user=True)
+    step = workload.ideal_steps(1)
+    steps, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or steps < 10:
+        step(steps)
+        steps += 1
+    per_copy = elapsed / steps
+    agents = workload.num_agents()
+    description = f"your PettingZoo env, {agents} agents, {per_copy * 1e6:,.0f} us per step of a copy in one process"
+    return dataclasses.replace(workload, description=description, cpu_bound=per_copy >= CPU_BOUND_SECONDS)

@@ -23,7 +23,7 @@ import gymnasium as gym
 from vecshm.progress import Progress
 from vecshm.shared.affinity import usable_cores
 from vecshm.tune import Plan, tune
-from vecshm.tune.measure import LiveMeasurer
+from vecshm.tune.measure import live_measurer
 from vecshm.tune.plans import candidates
 from vecshm.user_env import make_named_env
 
@@ -51,7 +51,7 @@ def sweep(
     plans = candidates(n, cores, async_batches=loop == "send-recv")
     plans += [Plan(n, p.envs_per_worker, p.batch_size, spin=0) for p in plans]
     plans = list(dict.fromkeys([*plans, chosen]))
-    measurer = LiveMeasurer(factories, 0.0)
+    measurer = live_measurer(factories, 0.0)
     rates: dict[Plan, list[float]] = {plan: [] for plan in plans}
     display = Progress(rounds * len(plans))
     try:

@@ -53,8 +53,9 @@ class Plan:
                 found[name] = value
         return found
 
-    def label(self) -> str:
-        words = [f"{self.processes} process{'es' if self.processes > 1 else ''} x {self.envs_per_worker} envs"]
+    def label(self, noun: str = "envs") -> str:
+        """The plan in words; ``noun``: what it runs (envs, or a PettingZoo env's copies)."""
+        words = [f"{self.processes} process{'es' if self.processes > 1 else ''} x {self.envs_per_worker} {noun}"]
         words.append(f"async batches of {self.batch_size}" if self.batch_size else "whole steps")
         if self.spin == 0:
             words.append("no busy-wait")

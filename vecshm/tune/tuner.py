@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vecshm.shared.affinity import usable_cores
-from vecshm.tune.measure import REFERENCES, LiveMeasurer, Measurer
+from vecshm.tune.measure import REFERENCES, Measurer, live_measurer
 from vecshm.tune.plans import EnvProfile, Plan, candidates, upper_bound
 from vecshm.user_env import EnvSource, env_factories
 
@@ -61,6 +61,9 @@ class Tuned:
     references: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     cores: int = 0
+    reference_names: dict[str, str] = field(default_factory=dict)  # the system measured for each role
+    unit: str = "env-steps/s"
+    agents: bool = False  # a PettingZoo parallel env: copies of it, every agent a row
 
     def speedup(self, reference: str) -> float | None:
         """The chosen plan's rate over ``reference``'s ("SubprocVecEnv" or "in-process"), measured in turn."""
@@ -69,8 +72,10 @@ class Tuned:
 
     def constructor(self) -> str:
         """The line to paste: the class the caller's loop uses, with the chosen options."""
-        face = "ShmVectorEnv" if self.loop == "send-recv" else "ShmVecEnv"
         keywords = ", ".join(f"{name}={value!r}" for name, value in self.options.items())
+        if self.agents:
+            return f"AgentVecEnv(parallel_env, {self.num_envs}, {keywords})"
+        face = "ShmVectorEnv" if self.loop == "send-recv" else "ShmVecEnv"
         return f"{face}(env_fns, {keywords})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,8 +90,10 @@ class Tuned:
             "reason": self.reason,
             "env_step_seconds": self.profile.step_seconds,
             "env_step_spread": self.profile.spread,
-            "speedup": {name: self.speedup(name) for name in REFERENCES},
+            "unit": self.unit,
+            "speedup": {name: self.speedup(name) for name in self.references},
             "references": self.references,
+            "reference_names": self.reference_names,
             "measured": [vars(m) for m in self.measured],
             "seconds": self.seconds,
             "cores": self.cores,
@@ -95,20 +102,20 @@ class Tuned:
     def __str__(self) -> str:
         caller = f", the caller {self.caller_seconds * 1e3:g} ms per step" if self.caller_seconds else ""
         lines = [
-            f"vecshm.tune: {self.env}, {self.num_envs} envs, {self.cores} cores, loop {self.loop}{caller}: "
+            f"vecshm.tune: {self.env}, {self.num_envs} {'copies' if self.agents else 'envs'}, {self.cores} cores, "
+            f"loop {self.loop}{caller}: "
             f"a step takes {self.profile.step_seconds * 1e6:,.0f} us alone (spread {self.profile.spread:.0%}), "
             f"{self.seconds:.0f} s",
             "",
-            "| plan | env-steps/s | note |",
+            f"| plan | {self.unit} | note |",
             "|---|---:|---|",
         ]
         for m in self.measured:
             lines.append(f"| {m.label} | {f'{m.rate:,.0f}' if m.rate else '-'} | {m.note} |")
-        for name in REFERENCES:
-            if name in self.references:
-                lines.append(f"| {name} (reference) | {self.references[name]:,.0f} | |")
+        for name, rate in self.references.items():
+            lines.append(f"| {self.reference_names.get(name, name)} (reference) | {rate:,.0f} | |")
         lines += ["", f"Chosen: {self.constructor()}", f"Why: {self.reason}"]
-        gains = [f"{self.speedup(n):.2f}x {n}" for n in REFERENCES if self.speedup(n)]
+        gains = [f"{self.speedup(n):.2f}x {self.reference_names.get(n, n)}" for n in self.references if self.speedup(n)]
         if gains:
             lines.append(f"Speed-up, measured in turn in this run: {', '.join(gains)}")
         return "\n".join(lines)
@@ -130,7 +137,9 @@ def tune(
     """Choose vecshm's settings for ``env`` by measuring them here, within about ``seconds``.
 
     - ``env``: a Gymnasium id, ``"module:callable"`` or ``"file.py:callable"`` (with ``env_kwargs``),
-      a factory, or a list of factories; ``num_envs`` envs (default: 4 per usable core).
+      a factory, or a list of factories; ``num_envs`` envs (default: 4 per usable core). A callable
+      that makes a PettingZoo ``ParallelEnv`` (``"mpe2.simple_spread_v3:parallel_env"``) is tuned
+      as ``num_envs`` copies of it on ``AgentVecEnv``, every agent a row.
     - ``loop``: ``"step"`` for a caller that steps whole batches (SB3, most Gymnasium loops), which
       gets only settings such a loop can use; ``"send-recv"`` for one that uses async batches.
     - ``caller_seconds``: the caller's own time per step (a policy's forward pass), spent on the
@@ -153,7 +162,7 @@ def tune(
     say = progress or (lambda line, done: None)
     started = clock()
     owned = measurer is None
-    measurer = measurer or LiveMeasurer(factories, caller_seconds)
+    measurer = measurer or live_measurer(factories, caller_seconds)
     try:
         search = _Search(measurer, n, cores, caller_seconds, seconds, clock, started, say)
         return search.run(name, loop)
@@ -185,13 +194,14 @@ class _Search:
         self.started = started
         self.say = say
         self.rates: dict[Plan | str, list[float]] = {}
+        self.noun = "envs" if measurer.unit.startswith("env-steps") else "copies"
         self.notes: dict[Plan, str] = {}
 
     def spent(self) -> float:
         return self.clock() - self.started
 
     def measure(self, what: Plan | str, seconds: float) -> float:
-        label = what if isinstance(what, str) else what.label()
+        label = self.measurer.names.get(what, what) if isinstance(what, str) else what.label(self.noun)
         self.say(f"measuring {label}", min(1.0, self.spent() / self.budget))
         rate = self.measurer.rate(what, seconds)
         self.rates.setdefault(what, []).append(rate)
@@ -225,7 +235,7 @@ class _Search:
         measured = [p for p in plans if p in self.rates]
         leaders = sorted(measured, key=self.median, reverse=True)[:3]
         rounds = 2
-        turn: list[Plan | str] = [*leaders, *REFERENCES]
+        turn: list[Plan | str] = [*leaders, *(r for r in REFERENCES if r in self.measurer.names)]
         for r in range(rounds):
             for k, what in enumerate(turn):
                 self.measure(what, self.each("final", (rounds - r) * len(turn) - k))
@@ -242,9 +252,12 @@ class _Search:
             self._reason(chosen, profile, measured),
             profile,
             tuple(self._table(plans)),
-            {ref: self.median(ref) for ref in REFERENCES},
+            {ref: self.median(ref) for ref in REFERENCES if ref in self.rates},
             self.spent(),
             self.cores,
+            dict(self.measurer.names),
+            self.measurer.unit,
+            not self.measurer.unit.startswith("env-steps"),
         )
 
     def _variants(self, chosen: Plan, profile: EnvProfile) -> Plan:
@@ -283,13 +296,13 @@ class _Search:
             )
         elif chosen.processes == 1:
             why = (
-                f"one process for all {self.n} envs: a step takes {step:,.0f} us, too little for more "
+                f"one process for all {self.n} {self.noun}: a step takes {step:,.0f} us, too little for more "
                 "processes to repay the hand-offs between them"
             )
         else:
             why = (
-                f"{chosen.processes} processes of {chosen.envs_per_worker} envs: a step takes {step:,.0f} us, "
-                f"enough work to keep {min(chosen.processes, self.cores)} cores busy"
+                f"{chosen.processes} processes of {chosen.envs_per_worker} {self.noun}: a step takes {step:,.0f} "
+                f"us, enough work to keep {min(chosen.processes, self.cores)} cores busy"
             )
         skipped = sum(1 for note in self.notes.values() if note.startswith("skipped: at best"))
         plans = f"{len(measured)} plan{'s' if len(measured) != 1 else ''} measured"
@@ -305,5 +318,5 @@ class _Search:
         rows = []
         for plan in [*plans, *(p for p in self.rates if isinstance(p, Plan) and p not in plans)]:
             rate = self.median(plan) if plan in self.rates else None
-            rows.append(Measured(plan.label(), plan.options(), rate, self.notes.get(plan, "")))
+            rows.append(Measured(plan.label(self.noun), plan.options(), rate, self.notes.get(plan, "")))
         return rows

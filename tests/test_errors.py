@@ -56,7 +56,8 @@ class TestActionsCheckedInTheCaller:
     usable, which the next case relies on too."""
 
     @pytest.fixture(scope="class")
-    def venv(self):
+    @classmethod
+    def venv(cls):
         with nothing_left_behind(), ShmVecEnv([healthy] * 4) as venv:
             yield venv
 
@@ -158,7 +159,8 @@ class TestCallsRefusedWhileAStepIsPending:
     ``set_attr`` sets on an env's wrapper stays; no case reads its value)."""
 
     @pytest.fixture(scope="class")
-    def envs(self):
+    @classmethod
+    def envs(cls):
         fns = [make_space_env("box_f32", tag=i) for i in range(4)]
         with nothing_left_behind(), ShmVecEnv(fns, envs_per_worker=2, batch_size=4) as venv:
             yield fns, venv

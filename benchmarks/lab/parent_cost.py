@@ -13,7 +13,7 @@ min of 7 repeats of 5,000 cycles::
     python benchmarks/lab/parent_cost.py gym async --env vecshm/Frames-v0 --batch 3 --envs-per-worker 2
 
 Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
-``ab_step_rate.py``) for a before/after of the parent's hot path.
+``ab_paired.py``) for a before/after of the parent's hot path.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Frames (210x160x3), 8 envs, one worker process; the best of 5 repeats of ``steps
     python benchmarks/lab/step_halves.py [steps]
 
 Run it alternately against two checkouts (select the tree with ``PYTHONPATH``, see
-``ab_step_rate.py``) for a before/after of either half.
+``ab_paired.py``) for a before/after of either half.
 """
 
 from __future__ import annotations

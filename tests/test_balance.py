@@ -15,8 +15,8 @@ import pytest
 
 import vecshm.envs  # noqa: F401  (registers the vecshm/... ids)
 from vecshm import ShmVecEnv, ShmVectorEnv
+from vecshm.parent.balance_rules import BalanceRules
 from vecshm.parent.core.balance import CoreBalance
-from vecshm.parent.options import BalanceRules
 from vecshm.shared.affinity import usable_cores
 
 pytestmark = pytest.mark.skipif(

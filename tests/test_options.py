@@ -7,13 +7,14 @@ from __future__ import annotations
 import inspect
 import pydoc
 import time
+import typing
 
 import gymnasium as gym
 import pytest
 from faulty_envs import hangs_in_constructor, healthy
 
 from vecshm import ShmVecEnv, ShmVectorEnv, StepTimeoutError
-from vecshm.options import ProcessOptions, StartOptions, VecOptions, declared
+from vecshm.options import Option, ProcessOptions, StartOptions, VecOptions, declared
 from vecshm.pettingzoo import AgentVecEnv, AgentVectorEnv, SuperSuitVecEnv
 
 
@@ -88,3 +89,33 @@ def test_start_timeout_ends_a_start_whose_env_never_builds(cls, no_leaks):
 def test_start_timeout_must_be_positive(value):
     with pytest.raises(ValueError, match="start_timeout must be a positive number of seconds or None"):
         ShmVecEnv([lambda: gym.make("CartPole-v1")], start_timeout=value)
+
+
+def test_the_engine_s_option_fields_are_the_declared_options_with_their_declared_defaults():
+    """``EngineOptions`` is made from the declarations: every option the engine reads is its field,
+    with the declared type and default, and no other field shares an option's name."""
+    import dataclasses
+
+    from vecshm.parent.options import ENGINE_FIELDS, EngineOptions
+
+    engine = {f.name: f for f in dataclasses.fields(EngineOptions)}
+    options = declared(StartOptions)
+    for option in options.values():
+        if option.engine:
+            assert engine[option.name].default == option.default, option.name
+            assert engine[option.name].type == option.annotation, option.name
+        else:  # the facades' alone (batch_size reaches the engine as async_batch)
+            assert option.name not in engine, option.name
+    assert set(engine) - set(options) == {name for name, *_ in ENGINE_FIELDS}
+
+
+def test_an_option_declared_once_is_a_field_of_the_engine():
+    """Adding an option is one declaration plus its use: a typed dict with one more line makes an
+    ``EngineOptions`` with one more field, with that default."""
+    from vecshm.parent.options import engine_options_type
+    from vecshm.shared.protocol import AutoReset
+
+    class Planted(StartOptions, total=False):
+        planted_option: typing.Annotated[int, Option(7, "a new option, for this test")]  # (read by name: module level)
+
+    assert engine_options_type(Planted)(AutoReset.NEXT_STEP).planted_option == 7

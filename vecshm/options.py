@@ -21,23 +21,34 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, NamedTuple, TypedDict, TypeVar
 
-from vecshm.parent.options import DEFAULT_BALANCE_RULES, DEFAULT_INFO_BYTES, LEND_MIN_BYTES, BalanceRules
+from vecshm.parent.balance_rules import DEFAULT_BALANCE_RULES, BalanceRules
 
 __all__ = ["Option", "ProcessOptions", "StartOptions", "VecOptions", "declared", "resolved", "takes_options"]
 
 
 class Option(NamedTuple):
-    """An option's default and its one line of doc (the metadata of its ``Annotated`` type)."""
+    """An option's default and its one line of doc (the metadata of its ``Annotated`` type), and
+    whether the engine reads it (``engine=False``: the facade alone does, and the engine never
+    sees it): each option the engine reads is a field of ``EngineOptions``, made from here."""
 
     default: Any
     doc: str
+    engine: bool = True
+
+
+DEFAULT_INFO_BYTES = 2048
+# Lending a batch (a slot's, or the ring's units) costs a few microseconds; below this many bytes of
+# observations a plain copy is cheaper. ``lend_min_bytes=0`` lends every batch.
+LEND_MIN_BYTES = 64 * 1024
 
 
 class VecOptions(TypedDict, total=False):
     """vecshm's options, the same keyword-only arguments for every vec env class."""
 
     envs_per_worker: Annotated[int | None, Option(None, "envs per worker process (None: a process per usable core)")]
-    batch_size: Annotated[int | None, Option(None, "envs (multi-agent: copies) per async ``recv()``; up to all")]
+    batch_size: Annotated[
+        int | None, Option(None, "envs (multi-agent: copies) per async ``recv()``; up to all", engine=False)
+    ]
     step_timeout: Annotated[float | None, Option(None, "seconds an env may take for one command (None: no limit)")]
     start_timeout: Annotated[float | None, Option(None, "seconds to build the envs (None: 60 with a step_timeout)")]
     info_bytes: Annotated[int, Option(DEFAULT_INFO_BYTES, "per-env shared bytes for pickled infos; more: slower path")]
@@ -46,8 +57,12 @@ class VecOptions(TypedDict, total=False):
     pin_parent: Annotated[list[int] | None, Option(None, "cores to pin the calling process to, once workers started")]
     limit_threads: Annotated[bool, Option(True, "cap native thread pools (OpenMP, MKL, ...) to one per worker")]
     on_worker_failure: Annotated[str, Option("raise", "``'raise'``, or ``'restart'``: rebuild a dead worker's envs")]
-    device: Annotated[Any, Option(None, "None (numpy), ``'cpu'`` or ``'cuda[:N]'``: results as torch tensors there")]
-    pin_memory: Annotated[bool | None, Option(None, "page-lock the segment for DMA copies (None: with a CUDA device)")]
+    device: Annotated[
+        Any, Option(None, "None (numpy), ``'cpu'`` or ``'cuda[:N]'``: results as torch tensors there", engine=False)
+    ]
+    pin_memory: Annotated[
+        bool | None, Option(None, "page-lock the segment for DMA copies (None: with a CUDA device)", engine=False)
+    ]
     lend_min_bytes: Annotated[int, Option(LEND_MIN_BYTES, "lend batches of observations this large, copy smaller ones")]
     balance_rules: Annotated[
         BalanceRules, Option(DEFAULT_BALANCE_RULES, "when the parent keeps a core in async batches")
@@ -61,7 +76,9 @@ class ProcessOptions(VecOptions, total=False):
     ``daemon`` and ``copy`` of its own)."""
 
     daemon: Annotated[bool, Option(True, "start the workers as daemon processes (False: envs may start processes)")]
-    copy: Annotated[bool, Option(True, "observations as arrays of their own (lent, not copied); False: views")]
+    copy: Annotated[
+        bool, Option(True, "observations as arrays of their own (lent, not copied); False: views", engine=False)
+    ]
 
 
 class StartOptions(ProcessOptions, total=False):
@@ -72,12 +89,13 @@ class StartOptions(ProcessOptions, total=False):
 
 
 class Declared(NamedTuple):
-    """One option as declared: its name, type, default and doc."""
+    """One option as declared: its name, type, default, doc, and whether the engine reads it."""
 
     name: str
     annotation: Any
     default: Any
     doc: str
+    engine: bool
 
 
 @functools.cache
@@ -89,7 +107,7 @@ def declared(options: type = VecOptions) -> Mapping[str, Declared]:
     found = {}
     for name, hint in hints.items():
         annotation, option = typing.get_args(hint)[:2]
-        found[name] = Declared(name, annotation, option.default, option.doc)
+        found[name] = Declared(name, annotation, option.default, option.doc, option.engine)
     return MappingProxyType(found)
 
 

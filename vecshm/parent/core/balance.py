@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vecshm.parent.options import DEFAULT_BALANCE_RULES, BalanceRules
+from vecshm.parent.balance_rules import DEFAULT_BALANCE_RULES, BalanceRules
 
 __all__ = ["CoreBalance"]
 

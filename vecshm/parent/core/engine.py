@@ -24,7 +24,7 @@ from vecshm.parent.core.restart import EngineParts, failure_policy
 from vecshm.parent.core.waiting import Waiter
 from vecshm.parent.handback.results import ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
-from vecshm.parent.options import EngineOptions
+from vecshm.parent.options import EngineRules
 from vecshm.parent.plan import VecEnvPlan, as_env_list
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up
@@ -39,7 +39,7 @@ __all__ = ["Engine"]
 class Engine:
     """Workers, shared buffers and the handshake for one vec env."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]], options: EngineOptions) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], options: EngineRules) -> None:
         """Start the workers and map the shared segment."""
         refuse_inside_worker_start_up()
         fns = as_env_list(env_fns)

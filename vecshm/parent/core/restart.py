@@ -27,7 +27,7 @@ from vecshm.parent.control import ControlWords, Ticket
 from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Waiter
 from vecshm.parent.handback.results import ResultReader
 from vecshm.parent.handback.ring import UnitRing
-from vecshm.parent.options import EngineOptions
+from vecshm.parent.options import EngineRules
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import describe_exit, describe_process
 from vecshm.parent.processes.pool import ProcessPool
@@ -307,7 +307,7 @@ class RestartWorkers:
             self._last_piped_obs = kept | {key: v for key, v in piped.items() if key[0] is Arena.OBS}
 
 
-def failure_policy(options: EngineOptions, parts: EngineParts) -> FailurePolicy:
+def failure_policy(options: EngineRules, parts: EngineParts) -> FailurePolicy:
     """The policy for ``options.on_worker_failure``: restarts (``"restart"``), else the default."""
     if options.restarts:
         return RestartWorkers(parts, options.autoreset)

@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 
 from vecshm.parent.control import ControlWords
-from vecshm.parent.options import EngineOptions
+from vecshm.parent.options import EngineRules
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import (
     WORKER_PROCESSES,
@@ -57,7 +57,7 @@ class ProcessPool:
         self,
         env_fns: list[Any],
         plan: VecEnvPlan,
-        options: EngineOptions,
+        options: EngineRules,
         context: mp.context.BaseContext,
         worker_settings: list[dict[str, Any]],
         transport: Transport,

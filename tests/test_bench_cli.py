@@ -112,7 +112,7 @@ def test_the_user_s_pettingzoo_env_runs_on_the_multi_agent_systems(tmp_path):
 def test_tune_s_choice_is_measured_against_every_plan_it_could_have_chosen(tmp_path, capsys):
     from vecshm.bench import tuned
 
-    argv = ["-w", "mix", "-n", "2", "--seconds", "3", "-r", "1", "--sweep-seconds", "0.05", "-o", str(tmp_path)]
+    argv = ["-w", "mix", "-n", "2", "--seconds", "1.5", "-r", "1", "--sweep-seconds", "0.05", "-o", str(tmp_path)]
     assert tuned.main(argv) == 0
     (found,) = json.loads((tmp_path / "tuned.json").read_text())["workloads"]
     assert found["workload"] == "mix" and len(found["sweep"]) >= 2

@@ -164,7 +164,7 @@ def test_the_command_measures_for_real_within_its_budget(capsys):
 @pytest.mark.slow
 def test_a_pettingzoo_parallel_env_is_tuned_as_copies_on_agent_vec_env():
     pytest.importorskip("mpe2")
-    result = vecshm.tune("mpe2.simple_spread_v3:parallel_env", num_envs=2, seconds=4)
+    result = vecshm.tune("mpe2.simple_spread_v3:parallel_env", num_envs=2, seconds=2)
     assert result.agents and result.unit == "copy-steps/s (3 agents each)"
     assert result.constructor().startswith("AgentVecEnv(parallel_env, 2, envs_per_worker=")
     assert all(m.label.split(", ")[0].endswith("copies") for m in result.measured)

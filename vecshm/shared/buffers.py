@@ -24,7 +24,7 @@ INFO_EMPTY = 0
 INFO_PIPED = -1  # the info did not fit the arena row and follows on the control socket
 # in ``final_obs_blob_len``: the final observation is in the env's row of ``final_rows``, not pickled
 FINAL_IN_ROWS = -2
-NO_ENV = -1  # in ``progress``: the worker is between commands, no env of it runs
+NO_ENV = -1  # in ``progress``: the lane is between commands, no env of it runs
 
 # Actions reach the env in the dtype the caller gave them, as AsyncVectorEnv and SubprocVecEnv pass
 # them on (an env may call ``time.sleep(action)``, which takes a float64 but not a float32). Each

@@ -23,7 +23,7 @@ __all__ = [
 
 
 class Command(IntEnum):
-    """What a worker should do next; written to its command word before its doorbell rings."""
+    """What a lane should do next; written to its command word before its doorbell is woken."""
 
     STEP = 1
     RESET = 2  # seeds and options follow on the control socket
@@ -32,7 +32,7 @@ class Command(IntEnum):
 
 
 class Status(IntEnum):
-    """How a worker finished its last command; written before it rings the parent's doorbell."""
+    """How a lane finished its last command; written before it wakes the parent's doorbell."""
 
     OK = 1
     OK_PIPED_INFOS = 2  # some infos did not fit their arena row: they follow on the socket
@@ -130,11 +130,11 @@ class Phase(str, Enum):
         return cls[CallOp(op).name]
 
 
-def receive_addressed(inbox: dict[int, deque[Any]], worker: int, receive: Callable[[], tuple[int, Any]]) -> Any:
-    """The next message for ``worker`` on a connection its process's workers share, whose messages
-    come as ``(worker, message)``: from ``inbox``, else from ``receive``, keeping in ``inbox`` what
+def receive_addressed(inbox: dict[int, deque[Any]], lane: int, receive: Callable[[], tuple[int, Any]]) -> Any:
+    """The next message for ``lane`` on a connection its process's lanes share, whose messages
+    come as ``(lane, message)``: from ``inbox``, else from ``receive``, keeping in ``inbox`` what
     arrives for the others meanwhile. Both ends (the worker process and the pool) read this way."""
-    while not inbox.get(worker):
+    while not inbox.get(lane):
         sender, message = receive()
         inbox.setdefault(sender, deque()).append(message)
-    return inbox[worker].popleft()
+    return inbox[lane].popleft()

@@ -88,7 +88,7 @@ class Bell(Protocol):
 
 
 def wake_sleepers(owners: Iterable[int], bells: Sequence[Bell], words: Sequence[int], asleep: Any) -> None:
-    """This process's writes made, ring the bell of each of ``owners`` that sleeps on it: owner
+    """This process's writes made, wake the bell of each of ``owners`` that sleeps on it: owner
     ``k``'s bell is ``bells[k]`` and its asleep word ``asleep[words[k]]`` (``asleep``: the segment's
     array of them). One still spinning finds the writes without the system call."""
     if not SLEEPERS_ONLY:
@@ -170,7 +170,7 @@ class SocketDoorbell(_Bell):
         try:
             self._writer.send(b"\x01")
         except (BlockingIOError, InterruptedError):
-            pass  # the buffer is full of rings the owner has not taken yet: it will wake anyway
+            pass  # the buffer is full of wake-ups the owner has not taken yet: it will wake anyway
 
     def take(self) -> int:
         rings = 0

@@ -71,13 +71,13 @@ class ProcessSpec:
     owner_tempdir: str | None = None  # the owner's multiprocessing folder (its forkserver's socket)
     pool_mark: str | None = None  # marks what the envs start (vecshm.worker.guard.worker_mark)
     shares: list[ShareGrant] = field(default_factory=list)  # the vecshm.share segments it may map
-    # the workers this process hosts, each ``(index, first env, end)``: the units commands run on
+    # the lanes this process hosts, each ``(index, first env, end)``: the units commands run on
     # (one, all its envs, unless each env takes its own commands; see vecshm.parent.core.engine)
     lanes: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def hosted(self) -> slice:
-        """The hosted workers' indices, as a slice of the per-worker words."""
+        """The hosted lanes' indices, as a slice of the per-lane words."""
         return slice(self.lanes[0][0], self.lanes[-1][0] + 1)
 
 
@@ -229,7 +229,7 @@ def _read_or_orphaned(conn: Connection, parent: int) -> Any:
 def _serve(spec: ProcessSpec, envs: list[gym.Env], buffers: Buffers, parent: int, seen: list[int]) -> bool:
     """Run commands until CLOSE (True) or the parent is gone (False).
 
-    Each hosted worker has its own command words; a pass runs the command of every one that has
+    Each hosted lane has its own command words; a pass runs the command of every one that has
     a new one, in order, and the next pass picks up what arrived meanwhile.
     """
     inbox: dict[int, deque[Any]] = {}

@@ -2,7 +2,7 @@
 
 ``EnvRunner`` knows nothing of processes or sockets beyond the worker's control connection: the
 worker loop (:mod:`vecshm.worker.main`) wakes it with a command, and it steps its slice of envs, writes
-observations, rewards, flags and infos into the shared buffers, and rings the parent's doorbell.
+observations, rewards, flags and infos into the shared buffers, and wakes the parent's doorbell.
 Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw results.
 """
 

@@ -38,14 +38,14 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
         if not -n <= i < n:
             raise IndexError(f"env index {i} is out of range for {n} envs")
     ids = [i % n for i in ids]  # negative indices count from the end, as in a list
-    by_worker: dict[int, list[int]] = {}
+    by_lane: dict[int, list[int]] = {}
     for i in ids:
-        by_worker.setdefault(int(engine.plan.env_lane[i]), []).append(i)
-    lanes = np.array(sorted(by_worker), dtype=np.int64)
+        by_lane.setdefault(int(engine.plan.env_lane[i]), []).append(i)
+    lanes = np.array(sorted(by_lane), dtype=np.int64)
     if len(lanes) == 0:
         return []
     during = Phase.of_call(op)
-    engine.commands.call(lanes, {lane: (op, by_worker[lane], args) for lane in by_worker}, during)
+    engine.commands.call(lanes, {lane: (op, by_lane[lane], args) for lane in by_lane}, during)
     deadline = None if engine.timeout is None else time.monotonic() + engine.timeout
     results: dict[int, bytes] = {}
     records = []
@@ -55,7 +55,7 @@ def call_pickled(engine: Engine, op: CallOp, env_ids: Sequence[int], args: tuple
             if kind == Message.ERROR:
                 records += payload
             else:
-                results.update(zip(by_worker[lane], payload))  # pickled one by one (pickling.dumps)
+                results.update(zip(by_lane[lane], payload))  # pickled one by one (pickling.dumps)
     except VecShmError as failure:
         engine.fail(failure)
         raise

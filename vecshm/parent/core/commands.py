@@ -4,7 +4,7 @@ Every command the parent sends (a step, a reset, a call; of every lane, as a who
 a few, as an async batch) travels the same way, and :class:`Commands` is the one owner of it:
 
 1. **start** (:meth:`Commands.step`, :meth:`Commands.reset`, :meth:`Commands.call`): each lane's
-   command word is written and its doorbell rung (:class:`~vecshm.parent.control.ControlWords`,
+   command word is written and its doorbell woken (:class:`~vecshm.parent.control.ControlWords`,
    which returns the command's :class:`~vecshm.parent.control.Ticket`), then what the command needs
    beside the segment goes on the socket of the lane's process (a step's dynamic action leaves, a reset's
    keywords, a call's arguments);

@@ -266,7 +266,7 @@ class RestartWorkers:
         the restarted lanes' claims fill them and the ring keeps its order."""
         process_of, processes = self.plan.process_of, self.pool.processes
         others = [lane for lane in lanes.tolist() if process_of[lane] != p]
-        with self.waiter.asleep():  # (the lanes' processes ring the done bell)
+        with self.waiter.asleep():  # (the lanes' processes wake the done bell)
             while True:
                 running = [
                     lane

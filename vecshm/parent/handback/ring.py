@@ -39,9 +39,9 @@ LENDABLE_BATCHES = 2  # batches a caller may hold before further ones are copied
 
 
 def ring_units(num_lanes: int, units_per_batch: int | None = None, keep_latest: bool = False) -> int:
-    """Units a ring needs: one in flight per worker, ``LENDABLE_BATCHES`` batches lent (by
+    """Units a ring needs: one in flight per lane, ``LENDABLE_BATCHES`` batches lent (by
     default batches of every worker: the segment is laid out before the batch size is known), and
-    under the restart policy (``keep_latest``) one per worker that keeps its latest results."""
+    under the restart policy (``keep_latest``) one per lane that keeps its latest results."""
     return num_lanes * (2 if keep_latest else 1) + LENDABLE_BATCHES * (units_per_batch or num_lanes)
 
 
@@ -89,7 +89,7 @@ class UnitRing:
         self.arrays = buffers.ring
         # per leaf: address of row 0, bytes per row, dtype, shape of a row
         self._leaves = [(a.ctypes.data, a.strides[0], a.dtype, a.shape[1:]) for a in self.arrays]
-        # Under the restart policy each worker's latest collected unit is kept (``latest``, ``_held``)
+        # Under the restart policy each lane's latest collected unit is kept (``latest``, ``_held``)
         # until its next one is collected: a restart ends the lost episodes on those observations.
         self.keep_latest = keep_latest
         self.latest = [-1] * num_lanes
@@ -208,16 +208,16 @@ class UnitRing:
         free = [u for u in range(self.units) if not self._leases[u] and not self._held[u]]
         self._give(free)
 
-    def collected(self, units: np.ndarray, workers: np.ndarray) -> None:
-        """``workers`` wrote ``units`` (under ``keep_latest``): each one's latest results are kept
+    def collected(self, units: np.ndarray, lanes: np.ndarray) -> None:
+        """``lanes`` wrote ``units`` (under ``keep_latest``): each one's latest results are kept
         there now, and the unit that kept its previous ones is free once no lent batch views it."""
         latest, held, leases = self.latest, self._held, self._leases
         freed = []
-        for u, w in zip(units.tolist(), workers.tolist()):
-            old, latest[w], held[u] = latest[w], u, True
+        for u, lane in zip(units.tolist(), lanes.tolist()):
+            old, latest[lane], held[u] = latest[lane], u, True
             if old >= 0 and old != u:
                 held[old] = False
-                if not leases[old]:  # (its rows were all taken: the worker has run again since)
+                if not leases[old]:  # (its rows were all taken: the lane has run again since)
                     freed.append(old)
         self._free(freed)
 

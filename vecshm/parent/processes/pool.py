@@ -104,7 +104,7 @@ class ProcessPool:
                 owner_tempdir=tempdir,
                 pool_mark=self.mark,
                 shares=self.shares,
-                lanes=[(w, *slices[w]) for w in range(*self.process_lanes[p])],
+                lanes=[(lane, *slices[lane]) for lane in range(*self.process_lanes[p])],
             )
             for p, (start, _) in enumerate(plan.process_slices)
         ]
@@ -157,9 +157,9 @@ class ProcessPool:
         """The worker processes' pids now (a restarted worker has a new one)."""
         return [process.pid for process in self.processes]
 
-    def write_message(self, w: int, message: Any, during: Phase) -> None:
-        """Write lane ``w`` a message (on its process's connection, addressed to the lane)."""
-        self._write_to_process(self.process_of[w], (w, message), during)
+    def write_message(self, lane: int, message: Any, during: Phase) -> None:
+        """Write ``lane`` a message (on its process's connection, addressed to the lane)."""
+        self._write_to_process(self.process_of[lane], (lane, message), during)
 
     def _write_to_process(self, p: int, message: Any, during: Phase, handle: int | None = None) -> None:
         """Write process ``p`` a message, and then the descriptor ``handle`` if given. A process that
@@ -230,13 +230,13 @@ class ProcessPool:
 
     # -- messages and liveness --------------------------------------------------------------------
 
-    def read_message(self, w: int, deadline: float | None, during: Phase) -> Any:
-        """Read what lane ``w`` wrote; a dead process or a passed deadline raise instead of hanging.
+    def read_message(self, lane: int, deadline: float | None, during: Phase) -> Any:
+        """Read what ``lane`` wrote; a dead process or a passed deadline raise instead of hanging.
 
         A process's lanes share its connection: what arrives for the others waits for their read.
         """
-        p = self.process_of[w]
-        return receive_addressed(self._inbox[p], w, lambda: self.read_from_process(p, deadline, during))
+        p = self.process_of[lane]
+        return receive_addressed(self._inbox[p], lane, lambda: self.read_from_process(p, deadline, during))
 
     def read_from_process(self, p: int, deadline: float | None, during: Phase) -> Any:
         """The next message process ``p`` wrote, for whichever of its lanes (start-up, a restart)."""
@@ -260,7 +260,7 @@ class ProcessPool:
                 elif self.processes[p].sentinel in ready:
                     self.raise_died(p, during)
             if pending and deadline is not None and time.monotonic() >= deadline:
-                self.raise_timeout([w for p in pending for w in range(*self.process_lanes[p])], during)
+                self.raise_timeout([lane for p in pending for lane in range(*self.process_lanes[p])], during)
 
     def raise_died(self, p: int, during: Phase, note: str = "") -> None:
         process = self.processes[p]
@@ -279,31 +279,31 @@ class ProcessPool:
     def running_env(self, p: int, during: Phase) -> int | None:
         """The env process ``p`` was stepping or resetting (it records each before starting it), or
         None: between commands, or not yet started on one."""
-        for w in range(*self.process_lanes[p]):
-            running = self._running_env_of(w, during)
+        for lane in range(*self.process_lanes[p]):
+            running = self._running_env_of(lane, during)
             if running is not None:
                 return running
         return None
 
-    def _running_env_of(self, w: int, during: Phase) -> int | None:
-        """The env worker ``w`` was stepping or resetting, or None (see ``running_env``)."""
+    def _running_env_of(self, lane: int, during: Phase) -> int | None:
+        """The env ``lane`` was stepping or resetting, or None (see ``running_env``)."""
         if self.words is None or not during.runs_envs:
             return None
-        env = self.words.env_running(w)
-        start, stop = self.plan.lane_slices[w]
+        env = self.words.env_running(lane)
+        start, stop = self.plan.lane_slices[lane]
         return env if start <= env < stop else None
 
-    def raise_timeout(self, workers: list[int], during: Phase) -> None:
-        """A ``StepTimeoutError`` naming, in each process with unfinished ``workers``, the env it was
+    def raise_timeout(self, lanes: list[int], during: Phase) -> None:
+        """A ``StepTimeoutError`` naming, in each process with unfinished ``lanes``, the env it was
         running (the others of its envs only wait behind that one), or, with none running, their envs."""
         processes: dict[int, list[int]] = {}
-        for w in workers:
-            processes.setdefault(self.process_of[w], []).append(w)
+        for lane in lanes:
+            processes.setdefault(self.process_of[lane], []).append(lane)
         self.stuck.update(processes)
         envs = []
         for p, waiting in processes.items():
             running = self.running_env(p, during)
-            envs += [running] if running is not None else [i for w in waiting for i in self.plan.lane_envs(w)]
+            envs += [running] if running is not None else [i for lane in waiting for i in self.plan.lane_envs(lane)]
         raise StepTimeoutError(
             f"env(s) {envs} did not finish {during} within the timeout; the vec env can only be closed now",
             envs,

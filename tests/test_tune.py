@@ -21,6 +21,7 @@ class Model:
 
     names = {"SubprocVecEnv": "SB3 SubprocVecEnv", "in-process": "SB3 DummyVecEnv"}
     unit = "env-steps/s"
+    noun = "envs"
 
     def __init__(self, step: float, hand_off: float = 60e-6, cores: int = 2, caller: float = 0.0) -> None:
         self.step, self.hand_off, self.cores, self.caller = step, hand_off, cores, caller

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from vecshm.bench.systems import Stepper, System
-from vecshm.bench.workloads import CPU_BOUND_SECONDS, WORKLOADS
+from vecshm.bench.workloads import CPU_BOUND_SECONDS, WORKLOADS, step_time
 from vecshm.user_env import make_named_env
 
 __all__ = [
@@ -170,12 +169,7 @@ def user_agent_workload(env: str, kwargs: dict[str, Any], seconds: float = 0.5) 
     (every agent) timed here first: CPU-bound, with an ideal, where it takes
     :data:`~vecshm.bench.workloads.CPU_BOUND_SECONDS` or more."""
     workload = MultiAgentWorkload(env, "", env, tuple(kwargs.items()), maker=env, user=True)
-    step = workload.ideal_steps(1)
-    steps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or steps < 10:
-        step(steps)
-        steps += 1
-    per_copy = elapsed / steps
+    per_copy, _ = step_time(workload.ideal_steps(1), seconds)
     agents = workload.num_agents()
     description = f"your PettingZoo env, {agents} agents, {per_copy * 1e6:,.0f} us per step of a copy in one process"
     return dataclasses.replace(workload, description=description, cpu_bound=per_copy >= CPU_BOUND_SECONDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import numpy as np
 
 from vecshm.user_env import make_named_env
 
-__all__ = ["Workload", "WORKLOADS", "get_workload", "make_env", "user_workload"]
+__all__ = ["Workload", "WORKLOADS", "get_workload", "make_env", "step_time", "user_workload"]
 
 
 @dataclass(frozen=True)
@@ -92,33 +93,24 @@ CPU_BOUND_SECONDS = 50e-6
 def user_workload(env: str, kwargs: dict[str, Any], seconds: float = 0.5) -> Workload:
     """The workload of the user's env (``--env``), its step timed here first: CPU-bound (with an
     ideal) when a step takes :data:`CPU_BOUND_SECONDS` or more."""
-    step = step_seconds(env, kwargs, seconds)
-    return Workload(
-        env,
-        f"your env, {step * 1e6:,.0f} us per step in one process",
-        env,
-        tuple(kwargs.items()),
-        cpu_bound=step >= CPU_BOUND_SECONDS,
-        user=True,
-    )
+    workload = Workload(env, "", env, tuple(kwargs.items()), user=True)
+    step, _ = step_time(workload.ideal_steps(1), seconds)
+    description = f"your env, {step * 1e6:,.0f} us per step in one process"
+    return dataclasses.replace(workload, description=description, cpu_bound=step >= CPU_BOUND_SECONDS)
 
 
-def step_seconds(env_id: str, kwargs: dict[str, Any], seconds: float) -> float:
-    """The mean time of one step of the env in this process, random actions and resets included,
-    over about ``seconds``."""
-    env = make_env(env_id, kwargs)
-    try:
-        env.action_space.seed(0)
-        env.reset(seed=0)
-        steps, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds or steps < 10:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
-            steps += 1
-        return elapsed / steps
-    finally:
-        env.close()
+def step_time(step: Callable[[int], Any], seconds: float) -> tuple[float, float]:
+    """One call of ``step`` (``step(k)`` for k = 0, 1, ...: an env's step, its resets included)
+    over about ``seconds`` and 10 calls at least: its mean time, and the spread (the standard
+    deviation over the mean)."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or len(times) < 10:
+        began = time.perf_counter()
+        step(len(times))
+        times.append(time.perf_counter() - began)
+    mean = float(np.mean(times))
+    return mean, float(np.std(times) / mean) if mean > 0 else 0.0
 
 
 WORKLOADS: dict[str, Workload] = {

@@ -23,6 +23,7 @@ import numpy as np
 
 from vecshm.bench.runner import measure_steps
 from vecshm.bench.stepper import Stepper
+from vecshm.bench.workloads import step_time
 from vecshm.shared.affinity import usable_cores
 from vecshm.tune.plans import EnvProfile, Plan
 from vecshm.user_env import is_parallel_env
@@ -40,6 +41,7 @@ class Measurer(Protocol):
 
     names: dict[str, str]
     unit: str
+    noun: str  # what the plans run: "envs", or "copies" of a PettingZoo env
 
     def profile(self, seconds: float) -> EnvProfile: ...
 
@@ -63,6 +65,7 @@ class _Live:
 
     names: dict[str, str]
     unit: str
+    noun: str
 
     def __init__(self, num_envs: int, caller_seconds: float, actions: list[np.ndarray]) -> None:
         self.num_envs = num_envs
@@ -118,6 +121,7 @@ class GymMeasurer(_Live):
     """A Gymnasium env's plans on ``ShmVecEnv`` (whole steps) and ``ShmVectorEnv`` (async batches)."""
 
     unit = "env-steps/s"
+    noun = "envs"
 
     def __init__(self, factories: list[Callable[[], gym.Env]], caller_seconds: float) -> None:
         env = factories[0]()
@@ -156,6 +160,8 @@ class GymMeasurer(_Live):
 
 class AgentMeasurer(_Live):
     """A PettingZoo parallel env's plans on ``AgentVecEnv``, in copies (every agent a row)."""
+
+    noun = "copies"
 
     def __init__(self, parallel_env: Any, num_copies: int, caller_seconds: float) -> None:
         self.parallel_env = parallel_env
@@ -204,15 +210,8 @@ class AgentMeasurer(_Live):
 
 
 def _timed(step: Callable[[int], Any], seconds: float) -> EnvProfile:
-    """A step's mean time and spread over about ``seconds`` (10 steps at least)."""
-    times: list[float] = []
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds or len(times) < 10:
-        began = time.perf_counter()
-        step(len(times))
-        times.append(time.perf_counter() - began)
-    mean = float(np.mean(times))
-    return EnvProfile(mean, float(np.std(times) / mean) if mean > 0 else 0.0)
+    """A step's mean time and spread over about ``seconds`` (the bench's :func:`step_time`)."""
+    return EnvProfile(*step_time(step, seconds))
 
 
 def _done(result: tuple) -> bool:

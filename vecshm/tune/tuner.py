@@ -194,7 +194,7 @@ class _Search:
         self.started = started
         self.say = say
         self.rates: dict[Plan | str, list[float]] = {}
-        self.noun = "envs" if measurer.unit.startswith("env-steps") else "copies"
+        self.noun = measurer.noun
         self.notes: dict[Plan, str] = {}
 
     def spent(self) -> float:
@@ -257,7 +257,7 @@ class _Search:
             self.cores,
             dict(self.measurer.names),
             self.measurer.unit,
-            not self.measurer.unit.startswith("env-steps"),
+            self.noun == "copies",
         )
 
     def _variants(self, chosen: Plan, profile: EnvProfile) -> Plan:

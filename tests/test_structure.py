@@ -417,6 +417,82 @@ def test_lab_scripts_patch_no_private_name(path):
     assert not _private_uses(_tree(path)), f"{path.name}: {_private_uses(_tree(path))}"
 
 
+# -- one kernel per peer API ---------------------------------------------------------------------------
+
+# What SB3's and Gymnasium's contracts are made of: each is written in its kernel, once per peer API
+KERNEL_METHODS = (
+    "get_attr", "set_attr", "env_method", "env_is_wrapped", "step_async", "step_wait", "send", "recv", "close",
+    "__del__",
+)  # fmt: skip
+KERNELS = ("vec_env/sb3_kernel.py", "vector/gym_kernel.py")
+VEC_ENV_BASES = {"VecEnv", "VectorEnv", "AsyncVectorEnv", "SyncVectorEnv"}  # the peers' own
+WRAPPER_BASES = {"VecEnvWrapper", "VectorWrapper"}  # a wrapper passes calls on to the vec env it wraps
+# Vec env classes that may write those methods, and why: none of them is a face on a run
+NOT_FACES = {
+    "vec_env/base.py": "SB3's abstract VecEnv, and VecEnvWrapper, which passes every call on",
+    "vec_env/dummy.py": "DummyVecEnv, the in-process reference",
+    "vector/on_pipes.py": "the custom-worker class, on AsyncVectorEnv's own pipes and methods",
+    "wrappers/": "SB3's wrapper family: each passes calls on to the vec env it wraps",
+    "pettingzoo/supersuit_shape.py:AgentRowsEnv": "a PettingZoo env adapter: each call goes to its SuperSuitVecEnv",
+}  # fmt: skip
+
+
+def _kernel_methods_outside(trees: dict[str, ast.AST]) -> list[str]:
+    """The kernel's methods that a vec env class outside a kernel defines, as ``path:Class.method``.
+    A vec env class is one whose bases reach a peer's vec env class, through vecshm's classes too;
+    a wrapper (whose bases reach a wrapper class) passes calls on, and is none."""
+    bases: dict[str, set[str]] = {}
+    classes: list[tuple[str, ast.ClassDef]] = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                names = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+                classes.append((path, node))
+
+    def reaching(roots: set[str]) -> set[str]:
+        reached = set(roots)
+        while more := {name for name, found in bases.items() if found & reached} - reached:
+            reached |= more
+        return reached
+
+    vec_envs, wrappers = reaching(VEC_ENV_BASES), reaching(WRAPPER_BASES)
+    found = []
+    for path, node in classes:
+        if node.name not in vec_envs or node.name in wrappers or path in KERNELS:
+            continue
+        if any(
+            path == key or path.startswith(key) and key.endswith("/") or key == f"{path}:{node.name}"
+            for key in NOT_FACES
+        ):
+            continue
+        defined = [item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        found += [f"{path}:{node.name}.{name}" for name in defined if name in KERNEL_METHODS]
+    return found
+
+
+def test_no_vec_env_class_outside_a_kernel_writes_the_kernel_s_methods():
+    """SB3's and Gymnasium's rules are written once each, in their kernel: every public vec env class
+    is a kernel plus a row map and a result shape (docs/design.md, "Kernels and row maps"), so none
+    defines ``get_attr``, ``step_wait``, ``close``, ... itself."""
+    trees = {str(path.relative_to(ROOT)): _tree(path) for path in sorted(ROOT.rglob("*.py"))}
+    assert not _kernel_methods_outside(trees)
+
+
+def test_each_kernel_method_is_written_once_per_peer_api():
+    """Within each kernel module, each of the methods is defined at most once (the run protocol
+    the SB3 kernel declares, a ``Protocol``, aside: it names what a run does, and does nothing)."""
+    for kernel in KERNELS:
+        defined = [
+            item.name
+            for node in ast.walk(_tree(ROOT / kernel))
+            if isinstance(node, ast.ClassDef) and "Protocol" not in {getattr(b, "id", "") for b in node.bases}
+            for item in node.body
+            if isinstance(item, ast.FunctionDef) and item.name in KERNEL_METHODS
+        ]
+        assert len(defined) == len(set(defined)), f"{kernel}: {sorted(defined)}"
+
+
 # -- each rule fails on a violation planted for it ---------------------------------------------------
 
 PLANTED = {
@@ -446,6 +522,12 @@ PLANTED = {
         ast.parse("class F:\n    def __init__(self, env_fns, *, step_timeout=None): ...")
     ),
     "a private name read": lambda: _private_uses(ast.parse("import vecshm\nvenv._run.plan")),
+    "a face that writes its own step_wait": lambda: _kernel_methods_outside(
+        {
+            "vec_env/sb3_kernel.py": ast.parse("class SB3Kernel(VecEnv):\n    def step_wait(self): ..."),
+            "ray/vec_env.py": ast.parse("class RayVecEnv(SB3Kernel):\n    def step_wait(self): ..."),
+        }
+    ),
     "a private function patched": lambda: _private_uses(
         ast.parse("import vecshm.parent.control as control\nsetattr(control.ControlWords, '_wake', f)")
     ),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from types import FrameType
 from typing import Any, NamedTuple
 
@@ -23,11 +23,13 @@ from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.pettingzoo.rows import CopyOf, agent_spaces
+from vecshm.row_maps import EnvRows
 from vecshm.shared.errors import WorkerDiedError, WorkerError, remote_errors
 from vecshm.shared.protocol import AutoReset
 
 __all__ = [
     "AgentPlan",
+    "CopyRows",
     "Rows",
     "copy_options",
     "describe",
@@ -51,6 +53,42 @@ class AgentPlan(NamedTuple):
     @property
     def num_rows(self) -> int:
         return self.num_copies * len(self.agents)
+
+
+class CopyRows(EnvRows):
+    """The row map of copies of one ``ParallelEnv`` (:mod:`vecshm.row_maps`): row ``k * num_agents + a``
+    is agent ``a`` of copy ``k``, and the run's env ``k`` is copy ``k``. A call on some rows runs
+    once on each copy hosting them, and each row gets its copy's answer."""
+
+    word = "copies"
+    regroups = True
+
+    def __init__(self, plan: AgentPlan) -> None:
+        super().__init__(plan.num_copies)
+        self.plan = plan
+        self.num_rows = plan.num_rows
+        self.num_agents = len(plan.agents)
+
+    @staticmethod
+    def naming() -> contextlib.AbstractContextManager[None]:
+        return naming_copies()
+
+    def env_of(self, row: int) -> int:
+        return row // self.num_agents
+
+    def first_rows(self) -> range:
+        return range(0, self.num_rows, self.num_agents)
+
+    def to_envs(self, actions: Any, envs: int) -> Any:
+        return to_copies(actions, self.plan, envs)
+
+    def envs_of(self, rows: Iterable[int]) -> list[int]:
+        """The copies hosting ``rows``, each once (a negative row counts from the end)."""
+        return sorted({int(r) % self.num_rows // self.num_agents for r in rows})
+
+    def per_row(self, rows: Sequence[int], envs: Sequence[int], answers: list[Any]) -> list[Any]:
+        by_copy = dict(zip(envs, answers))
+        return [by_copy[int(r) % self.num_rows // self.num_agents] for r in rows]
 
 
 def plan_copies(parallel_env: Any, num_copies: int) -> AgentPlan:

@@ -27,10 +27,9 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecshm.options import StartOptions, takes_options
-from vecshm.pettingzoo.copies import Rows, plan_copies, row_of
+from vecshm.pettingzoo.copies import AgentPlan, CopyRows, Rows, plan_copies, row_of
 from vecshm.pettingzoo.vector import CopyRowsVectorEnv
 from vecshm.shared.errors import ClosedError
-from vecshm.shared.protocol import CallOp
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -69,34 +68,12 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
         """Reset every copy, copy ``k`` with ``seed + k``: ``(obs, infos)``, infos one dict per row."""
         return super().reset(seed=seed, options=options)
 
-    def step_async(self, actions: Any) -> None:
-        super().step_async(self._batched(actions, self.num_envs))
+    def _row_map(self, plan: AgentPlan) -> SuperSuitRows:
+        return SuperSuitRows(plan)
 
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        rows = self.num_agents * (self._last_copies if env_ids is None else len(np.atleast_1d(np.asarray(env_ids))))
-        super().send(self._batched(actions, rows), env_ids)
-
-    def render(self) -> Any:
+    def _render_results(self, images: list[Any]) -> Any:
         """The first copy's render, as SuperSuit's."""
-        self._check_idle("render")
-        return self._run.call(CallOp.RENDER, [0])[0]
-
-    def _batched(self, actions: Any, rows: int) -> Any:
-        """``actions`` as one batch: a list of per-row actions of a Dict or Tuple space (what
-        ``[env.action_space.sample() for _ in range(env.num_envs)]`` gives) concatenated, as
-        SuperSuit's ``concatenate`` does; anything else as it is (a list of arrays or numbers
-        stacks as it is read)."""
-        space = self.single_action_space
-        per_row = dict if isinstance(space, spaces.Dict) else tuple if isinstance(space, spaces.Tuple) else None
-        if (
-            per_row is not None
-            and isinstance(actions, list)
-            and len(actions) == rows
-            and all(isinstance(action, per_row) for action in actions)
-        ):
-            out: Any = create_empty_array(space, rows)
-            return concatenate(space, actions, out)
-        return actions
+        return images[0]
 
     def _infos(self, rows: Rows) -> list[dict[str, Any]]:
         """SuperSuit's infos of ``rows``: each agent's info; where its copy ended, with
@@ -122,6 +99,34 @@ class SuperSuitVecEnv(CopyRowsVectorEnv):
             for r in range(k * a, (k + 1) * a):
                 infos[r]["worker_restarted"] = True
         return infos
+
+
+class SuperSuitRows(CopyRows):
+    """SuperSuit's rows: an agent of a copy each, as :class:`~vecshm.pettingzoo.copies.CopyRows`;
+    actions may also come as a list of per-row actions of a Dict or Tuple space (what
+    ``[env.action_space.sample() for _ in range(env.num_envs)]`` gives), concatenated as SuperSuit's
+    ``concatenate`` does; only the first copy renders."""
+
+    def to_envs(self, actions: Any, envs: int) -> Any:
+        return super().to_envs(self._batched(actions, envs * self.num_agents), envs)
+
+    def render_envs(self) -> list[int]:
+        return [0]
+
+    def _batched(self, actions: Any, rows: int) -> Any:
+        """``actions`` as one batch; anything but a list of per-row Dict or Tuple actions as it is
+        (a list of arrays or numbers stacks as it is read)."""
+        space = self.plan.action_space
+        per_row = dict if isinstance(space, spaces.Dict) else tuple if isinstance(space, spaces.Tuple) else None
+        if (
+            per_row is not None
+            and isinstance(actions, list)
+            and len(actions) == rows
+            and all(isinstance(action, per_row) for action in actions)
+        ):
+            out: Any = create_empty_array(space, rows)
+            return concatenate(space, actions, out)
+        return actions
 
 
 class AgentRowsEnv(gym.vector.VectorEnv):

@@ -22,7 +22,7 @@ from vecshm.shared import sharing
 from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.shared.protocol import CallOp
 from vecshm.shared.registry import adopt_registry
-from vecshm.vec_env.shm import SB3_CALLS, ShmVecEnv
+from vecshm.vec_env.shm import ShmVecEnv
 
 __all__ = ["EnvHost", "assigned_cpus", "host_options", "launch_host"]
 
@@ -113,12 +113,10 @@ class EnvHost:
 
         return self._run("step", body)
 
-    def call(self, name: str, op: CallOp, envs: list[int], args: Pickled) -> Any:
-        """SB3's call ``name`` (the engine's ``op`` on ``args``) on this actor's ``envs``: each env's
-        result as its worker pickled it. Neither is loaded here (:class:`~vecshm.shared.pickling.Pickled`)."""
-        if name not in SB3_CALLS:
-            raise ValueError(f"{name!r} is not a call a RayVecEnv actor runs")
-        return self._run(name, lambda venv: venv.run.call_pickled(op, envs, args))
+    def call(self, op: CallOp, envs: list[int], args: Pickled) -> Any:
+        """The engine's rare operation ``op`` on ``args`` on this actor's ``envs``: each env's result
+        as its worker pickled it. Neither is loaded here (:class:`~vecshm.shared.pickling.Pickled`)."""
+        return self._run(CallOp(op).name.lower(), lambda venv: venv.run.call_pickled(op, envs, args))
 
     def stats(self) -> Any:
         """This actor's ``ShmVecEnv.stats`` (a :class:`~vecshm.stats.VecStats`, a value that pickles)."""

@@ -24,6 +24,11 @@ def unwrap_wrapper(env: gym.Env, wrapper_class: type[gym.Wrapper]) -> gym.Wrappe
 
 
 def is_wrapped(env: gym.Env, wrapper_class: type[gym.Wrapper]) -> bool:
+    """Whether ``env`` is wrapped in ``wrapper_class``; an env whose class answers this itself
+    (``is_wrapped_by``: vecshm.pettingzoo's copy, which knows PettingZoo's wrappers) answers."""
+    own = getattr(type(env), "is_wrapped_by", None)
+    if own is not None:
+        return bool(own(env, wrapper_class))
     return unwrap_wrapper(env, wrapper_class) is not None
 
 

@@ -46,7 +46,17 @@ from lockstep import lockstep
 from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
-from vecshm import ActorDiedError, ClosedError, FailedError, StepTimeoutError, WorkerDiedError, WorkerError
+from vecshm import (
+    ActorDiedError,
+    AlreadyPendingCallError,
+    ClosedError,
+    FailedError,
+    NoAsyncCallError,
+    ShmVecEnv,
+    StepTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+)
 
 ray = pytest.importorskip("ray", reason="the Ray tests need vecshm[ray]")
 from vecshm.ray import RayVecEnv  # noqa: E402
@@ -101,6 +111,51 @@ def test_bit_identical_to_sb3_dummy_vec_env(obs_key, act_key):
     with closing(ray_vec_env(fns)) as venv, closing(SB3DummyVecEnv(fns)) as reference:
         assert venv.observation_space == reference.observation_space
         assert lockstep(venv, reference, 20, seed=3, action_space=ACTION_SPACES[act_key]) > 0
+
+
+def test_sb3_s_rules_are_shm_vec_env_s_exactly():
+    """RayVecEnv and ShmVecEnv sit on one SB3 kernel: a call during a pending step is refused alike,
+    word for word, and reset during a pending step finishes the step and drops its results on
+    both (SubprocVecEnv itself would read the step's answers as the reset's). That the dropped
+    step ran shows in what follows: the next step is DummyVecEnv's after step, reset, step."""
+    fns = [make_space_env("box_f32", "discrete", max_steps=50) for _ in range(5)]
+    actions, next_actions = np.array([0, 1, 2, 0, 1]), np.array([2, 2, 1, 0, 0])
+    refused: dict[str, list[str]] = {}
+    with (
+        closing(ray_vec_env(fns)) as on_ray,
+        closing(ShmVecEnv(fns, start_method="fork")) as local,
+        closing(SB3DummyVecEnv(fns)) as reference,
+    ):
+        reference.seed(5)
+        reference.reset()
+        reference.step(actions)
+        expected_reset = reference.reset()
+        expected_step = reference.step(next_actions)
+        for name, venv in (("RayVecEnv", on_ray), ("ShmVecEnv", local)):
+            venv.seed(5)
+            venv.reset()
+            venv.step_async(actions)
+            calls = {
+                "get_attr": lambda venv=venv: venv.get_attr("tag"),
+                "set_attr": lambda venv=venv: venv.set_attr("tag", 1, [0]),
+                "env_method": lambda venv=venv: venv.env_method("render", indices=2),
+                "env_is_wrapped": lambda venv=venv: venv.env_is_wrapped(gym.wrappers.TimeLimit),
+                "has_attr": lambda venv=venv: venv.has_attr("tag"),
+                "step_async": lambda venv=venv: venv.step_async(actions),
+            }
+            refused[name] = []
+            for call in calls.values():
+                with pytest.raises(AlreadyPendingCallError) as error:
+                    call()
+                refused[name].append(str(error.value))
+            assert_tree_equal(venv.reset(), expected_reset, f"{name}: reset during a pending step")
+            with pytest.raises(NoAsyncCallError):  # the step is no longer pending: its results were dropped
+                venv.step_wait()
+            obs, rewards, dones, infos = venv.step(next_actions)
+            ours = (obs, as_dummy_rewards(rewards), dones)  # (rewards in SubprocVecEnv's dtype, as_dummy_rewards says)
+            assert_tree_equal(ours, expected_step[:3], f"{name}: the step after")
+    assert refused["RayVecEnv"] == refused["ShmVecEnv"]
+    assert refused["ShmVecEnv"][0] == "get_attr() was called while a step is pending; call step_wait() first"
 
 
 def test_actors_are_placed_on_both_nodes_by_default():

@@ -70,7 +70,7 @@ class AgentVecEnv(RunProperties, SB3AsyncBatches):
     def _rows(self, batch: Batch) -> Rows:
         return read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
 
-    def _step_results(self, batch: Batch, prepared: None) -> VecEnvStepReturn:
+    def _step_results(self, batch: Batch) -> VecEnvStepReturn:
         rows = self._rows(batch)
         return rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)
 

@@ -99,7 +99,7 @@ class RayVecEnv(SB3Kernel):
 
     # -- the result shape: the actors' answers joined ---------------------------------------------
 
-    def _step_results(self, batch: list[Any], prepared: None) -> VecEnvStepReturn:
+    def _step_results(self, batch: list[Any]) -> VecEnvStepReturn:
         """Each actor's ``(obs, rewards, dones, infos, reset_infos)`` joined, in actor order; the
         actors' arrays copied (Ray's are read-only views of its object store)."""
         infos: list[dict] = []

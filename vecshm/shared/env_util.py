@@ -9,9 +9,9 @@ import gymnasium as gym
 
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.pickling import Pickled, dumps
-from vecshm.shared.protocol import CallOp, Message
+from vecshm.shared.protocol import Arena, CallOp
 
-__all__ = ["unwrap_wrapper", "is_wrapped", "answer_call"]
+__all__ = ["unwrap_wrapper", "is_wrapped", "call_answers"]
 
 
 def unwrap_wrapper(env: gym.Env, wrapper_class: type[gym.Wrapper]) -> gym.Wrapper | None:
@@ -32,23 +32,23 @@ def is_wrapped(env: gym.Env, wrapper_class: type[gym.Wrapper]) -> bool:
     return unwrap_wrapper(env, wrapper_class) is not None
 
 
-def answer_call(conn: Any, envs: list[gym.Env], start: int) -> None:
-    """Run the rare call that follows on ``conn`` on some of ``envs`` (env ``start`` first) and
-    answer it there: each env's result pickled, or the errors of the envs that raised."""
-    op, indices, args = conn.recv()
-    results, failures = [], []
+def call_answers(request: tuple[int, list[int], Any], envs: list[gym.Env], start: int) -> tuple[dict, list]:
+    """Run the rare call ``request`` (its operation, the envs' indices, its arguments) on some of
+    ``envs`` (env ``start`` first): each env's answer pickled, by ``(Arena.ANSWER, index)``, or the
+    errors of the envs that raised (then no answer)."""
+    op, indices, args = request
+    answers, failures = {}, []
     try:  # still pickled when a Ray actor passed them on (their modules load here, not there)
         args = args.load() if isinstance(args, Pickled) else args
     except Exception as exc:  # their module is not installed here, or fails to import
-        conn.send((Message.ERROR, [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]))
-        return
+        return {}, [RemoteError(exc, index, CallOp(op).name.lower()) for index in indices]
     for index in indices:
         try:  # each result pickled here, so that one nothing can pickle is that env's error
-            results.append(dumps(_CALLS[op](envs[index - start], *args)))
+            answers[(Arena.ANSWER, index)] = dumps(_CALLS[op](envs[index - start], *args))
         except Exception as exc:
             what = f"{CallOp(op).name.lower()}({args[0]!r})" if args else CallOp(op).name.lower()
             failures.append(RemoteError(exc, index, what))
-    conn.send((Message.ERROR, failures) if failures else (Message.OK, results))
+    return ({}, failures) if failures else (answers, [])
 
 
 def _has_attr(env: gym.Env, name: str) -> bool:

@@ -35,7 +35,7 @@ class Status(IntEnum):
     """How a lane finished its last command; written before it wakes the parent's doorbell."""
 
     OK = 1
-    OK_PIPED_INFOS = 2  # some infos did not fit their arena row: they follow on the socket
+    OK_PIPED = 2  # values follow on the socket: infos too large for their arena row, or a call's answers
     ERROR = 3  # an env raised; the error follows on the socket
 
 
@@ -87,8 +87,7 @@ class Message(str, Enum):
     ATTACH = "attach"  # parent -> worker: map the segment (its spec, and its name or descriptor)
     ATTACHED = "attached"  # worker -> parent: the segment is mapped
     CLOSE = "close"  # parent -> worker, before the segment exists: close the envs and exit
-    OK = "ok"  # worker -> parent: a rare call's results follow
-    ERROR = "error"  # worker -> parent: an env raised; the error records follow
+    ERROR = "error"  # worker -> parent, at start-up: an env raised; its error record follows
 
 
 class Arena(str, Enum):
@@ -99,6 +98,7 @@ class Arena(str, Enum):
     FINAL_INFO = "final"  # the info of the episode that just ended
     OBS = "obs"  # the observation's dynamic leaves
     FINAL_OBS = "final_obs"  # the whole final observation of the episode that just ended
+    ANSWER = "answer"  # a rare call's answer (it has no arena: it always comes piped)
 
 
 class Phase(str, Enum):

@@ -38,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.parent.core.inspection import StatsHooks
+from vecshm.parent.handback.results import Batch
 from vecshm.row_maps import EnvRows
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecshm.shared.protocol import CallOp
@@ -121,19 +122,59 @@ class SB3Kernel(StatsHooks, VecEnv):
             self.close()
             raise
 
-    # -- the result shape -------------------------------------------------------------------------
+    # -- the result shape: SB3's own, of a batch whose rows are the run's envs ----------------------
+    # (ShmVecEnv's; a class whose rows or batches differ writes its own: AgentVecEnv, RayVecEnv)
 
-    def _prepared(self) -> Any:
-        """What the result shape of a step makes while the workers run (None: nothing)."""
-        return None
-
-    def _step_results(self, batch: Any, prepared: Any) -> VecEnvStepReturn:
-        """``step_wait``'s ``(obs, rewards, dones, infos)`` of ``batch`` (``prepared``: :meth:`_prepared`'s)."""
-        raise NotImplementedError
+    def _step_results(self, batch: Any) -> VecEnvStepReturn:
+        """``step_wait``'s ``(obs, rewards, dones, infos)`` of ``batch``."""
+        obs, rewards, dones, _, _, infos = self._sb3_results(batch, device=False)
+        return obs, rewards, dones, infos
 
     def _reset_results(self, batch: Any) -> VecEnvObs:
         """``reset``'s observations of ``batch``; sets ``reset_infos``."""
-        raise NotImplementedError
+        self.reset_infos = batch.infos()
+        return batch.observations(self.copy)
+
+    def _sb3_results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
+        """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
+        the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
+
+        ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
+        env's next reset, as in SB3's DummyVecEnv.
+        """
+        ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
+        dones = terminated | truncated
+        flags = dones.tolist()
+        if True not in flags and batch.infos_empty():  # the usual step: no info, no episode ended
+            infos = [{"TimeLimit.truncated": False} for _ in flags]
+        else:
+            infos = self._sb3_infos(batch, ids, terminated, truncated, flags)
+        rewards = batch.stacked_rewards()
+        if device:
+            obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)  # type: ignore[attr-defined]  # a local run's
+            return obs, rewards, dones, terminated, truncated, infos
+        return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
+
+    def _sb3_infos(self, batch: Batch, ids: Sequence[int], terminated: Any, truncated: Any, flags: list[bool]) -> list:
+        """SB3's info dicts of ``batch`` (``flags``: its envs' dones), with the final observation and
+        info of each episode that ended, and ``worker_restarted`` where a restart ended one."""
+        infos = batch.infos()
+        for info, done in zip(infos, flags):
+            if not done:
+                info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
+        ended = [k for k, done in enumerate(flags) if done] if True in flags else []
+        final_infos = batch.infos([ids[k] for k in ended], "final") if ended else []
+        for k, step_info in zip(ended, final_infos):
+            i = ids[k]
+            step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
+            step_info["terminal_observation"] = batch.final_observation(i)
+            self.reset_infos[i] = infos[k]
+            infos[k] = step_info
+        if batch.restarted:
+            for k, i in enumerate(ids):
+                if i in batch.restarted:
+                    infos[k]["worker_restarted"] = True
+        return infos
 
     # -- stepping ---------------------------------------------------------------------------------
 
@@ -144,7 +185,6 @@ class SB3Kernel(StatsHooks, VecEnv):
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        prepared = self._prepared()
         run = self._run
         run.check_usable()
         if not self.waiting:
@@ -156,7 +196,7 @@ class SB3Kernel(StatsHooks, VecEnv):
         else:
             with naming():
                 batch = run.finish()
-        return run.hand_back(self._step_results(batch, prepared))
+        return run.hand_back(self._step_results(batch))
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds and options set since the last reset (then used up); a
@@ -266,8 +306,9 @@ class SB3AsyncBatches(SB3Kernel):
     _run: SB3AsyncRun
 
     def _recv_results(self, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict], np.ndarray]:
-        """``recv``'s ``(obs, rewards, terminated, truncated, infos, env_ids)`` of ``batch``."""
-        raise NotImplementedError
+        """``recv``'s ``(obs, rewards, terminated, truncated, infos, env_ids)`` of ``batch`` (SB3's shape)."""
+        obs, rewards, _, terminated, truncated, infos = self._sb3_results(batch, device=True)
+        return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def async_reset(self) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset observations batch by batch."""

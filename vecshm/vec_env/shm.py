@@ -1,25 +1,24 @@
 """``ShmVecEnv``: SB3's ``SubprocVecEnv`` semantics on the shared-memory engine.
 
-SB3's rules are the kernel's (:mod:`vecshm.vec_env.sb3_kernel`); this class says only that its rows
-are its run's envs (:class:`~vecshm.row_maps.EnvRows`) and how a batch becomes SB3's results.
+SB3's rules are the kernel's (:mod:`vecshm.vec_env.sb3_kernel`), and so is SB3's own result shape,
+of a batch whose rows are the run's envs: this class takes ``SubprocVecEnv``'s constructor and says
+that its rows are its run's envs (:class:`~vecshm.row_maps.EnvRows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
-import numpy as np
 
 from vecshm.options import ProcessOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.core.run import VecRun
-from vecshm.parent.handback.results import Batch
 from vecshm.row_maps import EnvRows
 from vecshm.sb3 import stands_for
 from vecshm.shared.protocol import AutoReset
-from vecshm.vec_env.base import VecEnvObs, VecEnvStepReturn, stack_dynamic
+from vecshm.vec_env.base import stack_dynamic
 from vecshm.vec_env.sb3_kernel import SB3AsyncBatches
 
 if TYPE_CHECKING:
@@ -65,66 +64,6 @@ class ShmVecEnv(RunProperties, SB3AsyncBatches):
             batch_dynamic=stack_dynamic,
         )
         self._started(run, EnvRows(len(fns)), copy, run.observation_space, run.action_space)
-
-    # -- stepping ---------------------------------------------------------------------------------
-
-    def _prepared(self) -> list[dict[str, Any]]:
-        """The usual step's infos, made while the workers run rather than after (0.6 us for 8 envs)."""
-        return [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
-
-    def _step_results(self, batch: Batch, prepared: list[dict[str, Any]]) -> VecEnvStepReturn:
-        obs, rewards, dones, _, _, infos = self._results(batch, device=False, usual=prepared)
-        return obs, rewards, dones, infos
-
-    def _results(self, batch: Batch, device: bool, usual: list | None = None) -> tuple[Any, Any, Any, Any, Any, list]:
-        """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
-        the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
-
-        ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
-        env's next reset, as in SB3's DummyVecEnv. ``usual``: the infos of a step where no env said
-        anything and no episode ended, made beforehand (else made here when needed).
-        """
-        ids, terminated, truncated = batch.ids, batch.terminated, batch.truncated
-        dones = terminated | truncated
-        flags = dones.tolist()
-        if True not in flags and batch.infos_empty():  # the usual step: no info, no episode ended
-            infos = usual if usual is not None else [{"TimeLimit.truncated": False} for _ in flags]
-        else:
-            infos = self._infos(batch, ids, terminated, truncated, flags)
-        rewards = batch.stacked_rewards()
-        if device:
-            obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)
-            return obs, rewards, dones, terminated, truncated, infos
-        return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
-
-    def _infos(self, batch: Batch, ids: Sequence[int], terminated: Any, truncated: Any, flags: list[bool]) -> list:
-        """SB3's info dicts of ``batch`` (``flags``: its envs' dones), with the final observation and
-        info of each episode that ended, and ``worker_restarted`` where a restart ended one."""
-        infos = batch.infos()
-        for info, done in zip(infos, flags):
-            if not done:
-                info["TimeLimit.truncated"] = False  # as SubprocVecEnv, on every step; ended envs' below
-        ended = [k for k, done in enumerate(flags) if done] if True in flags else []
-        final_infos = batch.infos([ids[k] for k in ended], "final") if ended else []
-        for k, step_info in zip(ended, final_infos):
-            i = ids[k]
-            step_info["TimeLimit.truncated"] = bool(truncated[k] and not terminated[k])
-            step_info["terminal_observation"] = batch.final_observation(i)
-            self.reset_infos[i] = infos[k]
-            infos[k] = step_info
-        if batch.restarted:
-            for k, i in enumerate(ids):
-                if i in batch.restarted:
-                    infos[k]["worker_restarted"] = True
-        return infos
-
-    def _recv_results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict], np.ndarray]:
-        obs, rewards, _, terminated, truncated, infos = self._results(batch, device=True)
-        return obs, rewards, terminated, truncated, infos, batch.env_ids
-
-    def _reset_results(self, batch: Batch) -> VecEnvObs:
-        self.reset_infos = batch.infos()
-        return batch.observations(self.copy)
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from vecshm.parent.handback.results import Batch
 from vecshm.row_maps import EnvRows
 from vecshm.shared.errors import ClosedError, WorkerError
 from vecshm.shared.protocol import CallOp
+from vecshm.vector.infos import step_infos, vector_infos
 from vecshm.vector.rules import (
     CallState,
     check_reset_mask,
@@ -61,18 +62,27 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
     def _started(self, run: VecRun, rows: EnvRows, copy: bool) -> None:
         self._run, self.rows, self.copy = run, rows, copy
         self.num_envs = rows.num_rows
+        self._all_ids = np.arange(self.num_envs)
         self._state = CallState.DEFAULT
         self.closed = False
 
-    # -- the result shape -------------------------------------------------------------------------
+    # -- the result shape: Gymnasium's own, of a batch whose rows are the run's envs ----------------
+    # (ShmVectorEnv's; the classes whose rows are agents of copies write their own)
 
     def _step_results(self, batch: Batch) -> tuple[Any, Any, Any, Any, Any]:
-        """``(obs, rewards, terminations, truncations, infos)`` of ``batch`` (a step, or an async batch)."""
-        raise NotImplementedError
+        """``(obs, rewards, terminations, truncations, infos)`` of ``batch`` (a step, or an async
+        batch): numpy, or torch tensors for a ``device``; infos stay numpy."""
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        ended = same_step and bool(batch.terminated.any() or batch.truncated.any())  # (final_info)
+        infos = {} if not ended and batch.infos_empty() else step_infos(batch, same_step, self._all_ids, self)
+        return (*self._run.step_results(batch, batch.rewards, self.copy), infos)
 
     def _reset_results(self, batch: Batch) -> tuple[Any, Any]:
-        """``(obs, infos)`` of a reset's ``batch``."""
-        raise NotImplementedError
+        """``(obs, infos)`` of a reset's ``batch``; a restarted worker's envs were all reset, those
+        outside the mask too, and their infos say so."""
+        chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
+        obs = self._run.observations(batch, self.copy)
+        return obs, vector_infos(batch, self.num_envs, chosen, chosen, self)
 
     def _render_results(self, images: list[Any]) -> Any:
         """``render()``'s result from the images of the row map's ``render_envs``."""

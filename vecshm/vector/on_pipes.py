@@ -75,6 +75,7 @@ class ShmVectorEnvOnPipes(AsyncVectorEnv, ShmVectorEnv, runs_custom_workers=True
     """
 
     processes: list[Any] | None = None  # AsyncVectorEnv's own list (shadows the engine's property)
+    closed = False  # VectorEnv's start, which AsyncVectorEnv keeps (the kernel's: closed until its run is up)
     _failure: str | None = None  # why the vec env can only be closed: a worker process died
     _interrupted = False  # a call was interrupted (Ctrl-C): close() cannot trust the envs to answer
 

@@ -1,8 +1,8 @@
 """``ShmVectorEnv``: a ``gymnasium.vector.VectorEnv`` (and ``AsyncVectorEnv`` drop-in) on the engine.
 
-Gymnasium's rules are the kernel's (:mod:`vecshm.vector.gym_kernel`); this class takes
-``AsyncVectorEnv``'s constructor, says that its rows are its run's envs
-(:class:`~vecshm.row_maps.EnvRows`) and how a batch becomes Gymnasium's results.
+Gymnasium's rules are the kernel's (:mod:`vecshm.vector.gym_kernel`), and so is Gymnasium's own
+result shape, of a batch whose rows are the run's envs: this class takes ``AsyncVectorEnv``'s
+constructor and says that its rows are its run's envs (:class:`~vecshm.row_maps.EnvRows`).
 """
 
 from __future__ import annotations
@@ -13,19 +13,16 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecshm.options import VecOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.core.run import VecRun
-from vecshm.parent.handback.results import Batch
 from vecshm.parent.options import tuple_of_values
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.row_maps import EnvRows
 from vecshm.shared.protocol import AutoReset, CallOp
 from vecshm.vector.gym_kernel import GymKernel
-from vecshm.vector.infos import step_infos, vector_infos
 from vecshm.vector.rules import (
     AUTORESET,
     check_async_options,
@@ -121,7 +118,6 @@ class ShmVectorEnv(RunProperties, GymKernel):
         )
         self._started(run, EnvRows(run.num_envs), copy)
         self.device = given["device"]
-        self._all_ids = np.arange(self.num_envs)
         try:
             single_obs, obs_space, single_action, action_space = vector_spaces(run, self.num_envs, observation_mode)
             self.single_observation_space, self.observation_space = single_obs, obs_space
@@ -135,18 +131,3 @@ class ShmVectorEnv(RunProperties, GymKernel):
             raise
         self.metadata = {**metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = render_mode
-
-    # -- the result shape -------------------------------------------------------------------------
-
-    def _reset_results(self, batch: Batch) -> tuple[Any, dict[str, Any]]:
-        # (a restarted worker's envs were all reset, those outside the mask too: their infos say so)
-        chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
-        obs = self._run.observations(batch, self.copy)
-        return obs, vector_infos(batch, self.num_envs, chosen, chosen, self)
-
-    def _step_results(self, batch: Batch) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Gymnasium-shaped results of ``batch`` (numpy, or torch tensors for a ``device``; infos stay numpy)."""
-        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        ended = same_step and bool(batch.terminated.any() or batch.truncated.any())  # (final_info)
-        infos = {} if not ended and batch.infos_empty() else step_infos(batch, same_step, self._all_ids, self)
-        return (*self._run.step_results(batch, batch.rewards, self.copy), infos)

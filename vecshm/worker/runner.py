@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecshm.shared.buffers import FINAL_IN_ROWS, INFO_EMPTY, INFO_PIPED, NO_ENV, REWARD_TYPES, Buffers, reward_codes
-from vecshm.shared.env_util import answer_call
+from vecshm.shared.env_util import call_answers
 from vecshm.shared.errors import RemoteError
 from vecshm.shared.info_columns import ColumnWriter
 from vecshm.shared.layout import flatten, one_array, write_leaf
@@ -87,8 +87,9 @@ class EnvRunner:
     # -- dispatch ---------------------------------------------------------------------------------
 
     def run(self, command: Command, seq: int) -> None:
-        if command is Command.CALL:
-            answer_call(self.conn, self.envs, self.start)
+        if command is Command.CALL:  # the answers (or errors) follow on the socket, as piped values do
+            self.piped, failures = call_answers(self.conn.recv(), self.envs, self.start)
+            self._publish(seq, failures, None)
             return
         self.piped = {}
         during = Phase.STEP if command is Command.STEP else Phase.RESET
@@ -111,7 +112,7 @@ class EnvRunner:
         if errors:
             status = Status.ERROR  # the records follow on the socket
         elif self.piped:
-            status = Status.OK_PIPED_INFOS  # values too large for their arena follow on the socket
+            status = Status.OK_PIPED  # values too large for their arena follow on the socket
         else:
             status = Status.OK
         self.buffers.status[me] = status

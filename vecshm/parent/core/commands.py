@@ -11,13 +11,15 @@ a few, as an async batch) travels the same way, and :class:`Commands` is the one
 2. **wait** (:meth:`Commands.collect`): until ``ready`` names finished lanes of the ticket, after a
    short bounded spin (:class:`~vecshm.parent.core.waiting.Waiter`);
 3. **collect**: read what the finished lanes left on their processes' sockets (an env's error raises here,
-   and an error the vec env cannot recover from fails it first), and return them with those extras.
+   and an error the vec env cannot recover from fails it first), and return them with those extras:
+   a call's answers are such extras, each env's piped by ``(Arena.ANSWER, env)``.
 
 Who asks decides only which lanes run and where their observations land: a whole batch
 (:class:`~vecshm.parent.core.run.VecRun`) starts every lane and collects them all, async batches
 (:class:`~vecshm.parent.core.batching.AsyncBatches`) start the lanes whose envs have actions and
 collect the first to finish. Each makes its :class:`~vecshm.parent.handback.results.Batch` from
-what :meth:`Commands.collect` returns.
+what :meth:`Commands.collect` returns. A rare call (:meth:`VecRun.call
+<vecshm.parent.core.run.VecRun.call>`) starts the lanes hosting its envs and collects them all.
 
 A worker process's death hooks in at four named points of the trip, where the failure policy
 (:mod:`vecshm.parent.core.restart`) is asked and answers with values, never by calling back:
@@ -46,7 +48,7 @@ from vecshm.parent.core.waiting import Waiter
 from vecshm.parent.handback.extras import NO_SIDE_RESULTS, CollectedLanes, SideResults, new_collected_lanes
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.pool import ProcessPool
-from vecshm.shared.errors import VecShmError, WorkerDiedError, remote_errors
+from vecshm.shared.errors import VecShmError, WorkerDiedError, WorkerError, remote_errors
 from vecshm.shared.protocol import Command, Phase, Status
 
 __all__ = ["Commands"]
@@ -107,12 +109,14 @@ class Commands:
             self._write_message(lane, requests[slice(*self.plan.lane_slices[lane])], Phase.RESET)
         return ticket
 
-    def call(self, lanes: np.ndarray, messages: dict[int, Any], during: Phase) -> None:
-        """Start a rare call on ``lanes``; each answers ``messages[lane]`` on its socket
-        (:mod:`vecshm.parent.core.calls` reads the answers)."""
-        self.words.submit(Command.CALL, lanes, 0, during)
+    def call(self, lanes: np.ndarray, messages: dict[int, Any], during: Phase) -> Ticket:
+        """Start a rare call on ``lanes``, ``messages[lane]`` on each lane's socket (which envs,
+        what operation, its arguments). :meth:`collect` returns the envs' answers, piped by
+        ``(Arena.ANSWER, env)``, as a step's large infos are."""
+        ticket = self.words.submit(Command.CALL, lanes, 0, during)
         for lane in lanes.tolist():
             self._write_message(lane, messages[lane], during)
+        return ticket
 
     def _redo(self, redo: Redo) -> None:
         """Send a rebuilt lane its envs' resets (the policy's answer), into ``redo.slot``."""
@@ -148,12 +152,17 @@ class Commands:
                 self._all_finished if ready is None else ready,
                 self._on_death,
             )
-            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if policy.restarting else {}
+            # (a rare call's collect ends no lost episode, and holds no result of a step)
+            ended = policy.restarting and ticket.phase.runs_envs
+            restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if ended else {}
             piped = self._gather(done, ticket.phase)
         except VecShmError as error:
-            self.health.fail(error)
+            # an env's error in a rare call leaves the vec env usable, as SubprocVecEnv's; a death,
+            # a timeout, or an error in a step or reset fails it
+            if ticket.phase.runs_envs or not isinstance(error, WorkerError):
+                self.health.fail(error)
             raise
-        if policy.watches_results:
+        if policy.watches_results and ticket.phase.runs_envs:
             policy.seen(self.plan.env_ids_of(done), piped)
         return new_collected_lanes((done, SideResults(piped, restarted) if piped or restarted else NO_SIDE_RESULTS))
 
@@ -174,7 +183,7 @@ class Commands:
         piped: dict[tuple[Any, int], bytes] = {}
         records = []
         for lane, status in zip(done.tolist(), statuses):
-            if status == Status.OK_PIPED_INFOS:
+            if status == Status.OK_PIPED:
                 piped.update(self.pool.read_message(lane, deadline, during))
             elif status == Status.ERROR:
                 records += self.pool.read_message(lane, deadline, during)

@@ -25,6 +25,7 @@ It owns the engine, its async batches, the outputs (numpy arrays, or torch tenso
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
@@ -36,7 +37,7 @@ import numpy as np
 from vecshm.parent.control import Ticket
 from vecshm.parent.core.balance import CoreBalance
 from vecshm.parent.core.batching import AsyncBatches
-from vecshm.parent.core.calls import call, call_pickled
+from vecshm.parent.core.calls import by_lane
 from vecshm.parent.core.engine import Engine
 from vecshm.parent.core.stats import RunStats
 from vecshm.parent.core.waiting import WaitObserver
@@ -48,7 +49,7 @@ from vecshm.parent.processes.start_methods import default_start_method
 from vecshm.shared.buffers import Buffers
 from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError, StatsOffError
 from vecshm.shared.pickling import Pickled
-from vecshm.shared.protocol import CallOp, Phase
+from vecshm.shared.protocol import Arena, CallOp, Phase
 from vecshm.shared.sync import yield_core
 from vecshm.stats import VecStats
 
@@ -257,10 +258,10 @@ class VecRun:
     def call(self, op: CallOp, env_ids: Sequence[int], *args: Any) -> list[Any]:
         """The rare operation ``op`` (:class:`~vecshm.shared.protocol.CallOp`) on ``env_ids``; each env's result."""
         if self._stats is None:
-            return call(self._engine, op, env_ids, *args)
+            return [pickle.loads(blob) for blob in self._call(op, env_ids, args)]
         self._stats.entered()
         try:
-            return call(self._engine, op, env_ids, *args)
+            return [pickle.loads(blob) for blob in self._call(op, env_ids, args)]
         finally:
             self._stats.handed_back()
 
@@ -271,7 +272,23 @@ class VecRun:
         self.check_usable()
         if self.pending or self.in_flight:
             raise AlreadyPendingCallError(f"{op.name} was called while envs are stepping; finish or recv() them first")
-        return call_pickled(self._engine, op, env_ids, args)
+        return self._call(op, env_ids, args)
+
+    def _call(self, op: CallOp, env_ids: Sequence[int], args: tuple[Any, ...] | Pickled) -> list[bytes]:
+        """The call's trip, as a step's (:class:`~vecshm.parent.core.commands.Commands`): started on
+        the lanes hosting ``env_ids``, collected from all of them; each env's answer as its lane
+        pickled it (the arguments may come still pickled: the lanes load them)."""
+        self.check_usable()
+        ids, lanes = by_lane(self.plan, env_ids)
+        if not ids:
+            return []
+        commands = self._engine.commands
+        during = Phase.of_call(op)
+        ticket = commands.call(
+            np.array(sorted(lanes), dtype=np.int64), {k: (op, lanes[k], args) for k in lanes}, during
+        )
+        _, side = commands.collect(ticket)
+        return [side.piped[(Arena.ANSWER, i)] for i in ids]
 
     # -- state ------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv as SB3DummyVecEnv
 from vecshm import ClosedError, ShmVecEnv, ShmVectorEnv, WorkerDiedError, WorkerError
 from vecshm.parent.core.batching import AsyncBatches
 from vecshm.parent.core.engine import Engine
-from vecshm.parent.options import EngineOptions
+from vecshm.parent.engine_options import EngineOptions
 from vecshm.shared.protocol import AutoReset
 
 N_ENVS = 6

@@ -96,7 +96,7 @@ def test_the_engine_s_option_fields_are_the_declared_options_with_their_declared
     with the declared type and default, and no other field shares an option's name."""
     import dataclasses
 
-    from vecshm.parent.options import ENGINE_FIELDS, EngineOptions
+    from vecshm.parent.engine_options import ENGINE_FIELDS, EngineOptions
 
     engine = {f.name: f for f in dataclasses.fields(EngineOptions)}
     options = declared(StartOptions)
@@ -112,7 +112,7 @@ def test_the_engine_s_option_fields_are_the_declared_options_with_their_declared
 def test_an_option_declared_once_is_a_field_of_the_engine():
     """Adding an option is one declaration plus its use: a typed dict with one more line makes an
     ``EngineOptions`` with one more field, with that default."""
-    from vecshm.parent.options import engine_options_type
+    from vecshm.parent.engine_options import engine_options_type
     from vecshm.shared.protocol import AutoReset
 
     class Planted(StartOptions, total=False):

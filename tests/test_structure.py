@@ -30,10 +30,10 @@ MAX_ENGINE_METHODS = 12
 RUN_PRIVATES = ("_engine", "_batches", "_ticket", "_outputs")
 ENGINE_PARTS = ("pool", "buffers", "slots", "ring", "reader", "actions", "balance", "waiter", "policy", "commands")
 FACADES = (
-    "vec_env/shm.py",
-    "vector/shm.py",
-    "pettingzoo/sb3.py",
-    "pettingzoo/vector.py",
+    "vec_env/shm_vec_env.py",
+    "vector/shm_vector_env.py",
+    "pettingzoo/agent_vec_env.py",
+    "pettingzoo/agent_vector_env.py",
     "pettingzoo/copies.py",
     "pettingzoo/__init__.py",
 )
@@ -314,9 +314,9 @@ def _declared_options() -> frozenset[str]:
 # ``start_method``, AsyncVectorEnv's ``daemon`` and ``copy``), and RayVecEnv's ``start_timeout``,
 # which bounds its actors' start.
 OWN_KEYWORDS = {
-    ("vec_env/shm.py", "start_method"),
-    ("vector/shm.py", "daemon"),
-    ("vector/shm.py", "copy"),
+    ("vec_env/shm_vec_env.py", "start_method"),
+    ("vector/shm_vector_env.py", "daemon"),
+    ("vector/shm_vector_env.py", "copy"),
     ("ray/vec_env.py", "start_timeout"),
 }
 
@@ -335,7 +335,12 @@ def _hand_written_options(tree: ast.AST, where: str = "") -> list[str]:
     return found
 
 
-FACADE_CLASSES = ("vec_env/shm.py", "vector/shm.py", "pettingzoo/sb3.py", "pettingzoo/vector.py")
+FACADE_CLASSES = (
+    "vec_env/shm_vec_env.py",
+    "vector/shm_vector_env.py",
+    "pettingzoo/agent_vec_env.py",
+    "pettingzoo/agent_vector_env.py",
+)
 
 
 @pytest.mark.parametrize("path", [*FACADE_CLASSES, "pettingzoo/supersuit_shape.py", "ray/vec_env.py"])

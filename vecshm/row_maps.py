@@ -14,9 +14,8 @@ A row map holds no state that changes: it is fixed when the vec env starts.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 __all__ = ["EnvRows"]
 
@@ -26,9 +25,6 @@ class EnvRows:
 
     word = "envs"  # what the run's envs are called in errors (a copy map: "copies")
     regroups = False  # whether actions must be regrouped by the run's envs (to_envs); not here
-    # Around each wait for results, where the run's envs go by another name in errors; None: the
-    # engine's names stand, and the step path enters no context at all.
-    naming: Callable[[], contextlib.AbstractContextManager[None]] | None = None
 
     def __init__(self, num_envs: int) -> None:
         self.num_rows = num_envs
@@ -62,6 +58,15 @@ class EnvRows:
     def all_rows(self) -> range:
         return range(self.num_rows)
 
-    def waiting(self) -> contextlib.AbstractContextManager[None]:
-        """Around a wait off the step path (a reset, a call): :attr:`naming`, or nothing."""
-        return self.naming() if self.naming is not None else contextlib.nullcontext()
+    def named(self, error: BaseException) -> BaseException:
+        """``error`` of the engine, which calls each of the run's envs an env, as the rows' caller
+        should read it (here: as it is)."""
+        return error
+
+    def raise_named(self, error: BaseException) -> NoReturn:
+        """Raise ``error`` as :meth:`named` gives it. The kernels call it from an ``except`` clause,
+        so that the step path pays nothing for it."""
+        named = self.named(error)
+        if named is error:
+            raise error
+        raise named from None

@@ -12,7 +12,7 @@ slowest worker; and how busy each worker process kept its core. ``venv.stats`` r
     logger.log(venv.stats.as_dict())  # flat and numeric, under "vecshm/..."
     venv.stats.plot()              # a matplotlib figure (pip install 'vecshm[plot]')
 
-How each figure is counted, and what it costs: :mod:`vecshm.parent.core.stats` and
+How each figure is counted, and what it costs: :mod:`vecshm.parent.core.run_stats` and
 :mod:`vecshm.shared.step_times`; docs/usage.md, "Where the time goes".
 """
 
@@ -96,7 +96,7 @@ class VecStats:
         barrier_mean: float,
         last_to_finish: list[tuple[tuple[int, int], int]],
     ) -> VecStats:
-        """The snapshot of a run's raw counters (:class:`vecshm.parent.core.stats.RunStats`)."""
+        """The snapshot of a run's raw counters (:class:`vecshm.parent.core.run_stats.RunStats`)."""
         wall = max(wall, 1e-9)
         waiting = min(waiting, wall - outside)
         envs = []

@@ -7,6 +7,7 @@ by name and a forkserver or spawn worker builds the env again from its name.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import importlib.util
@@ -18,7 +19,15 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["EnvSource", "env_factories", "is_parallel_env", "make_named_env", "parse_env_kwargs"]
+__all__ = [
+    "ENV_HELP",
+    "EnvSource",
+    "command_parser",
+    "env_factories",
+    "is_parallel_env",
+    "make_named_env",
+    "json_object",
+]
 
 # Gymnasium namespaces whose envs a package registers when it is imported (Gymnasium 1 no longer
 # imports it for you): the package to import when ``gym.make`` does not know the namespace.
@@ -27,13 +36,40 @@ REGISTERING_PACKAGES = {"ALE": "ale_py"}
 EnvSource = str | Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]]
 
 
-def parse_env_kwargs(text: str | None) -> dict[str, Any]:
-    """``--env-kwargs``' JSON object, as keyword arguments."""
-    if not text:
-        return {}
-    value = json.loads(text)
+ENV_HELP = "a Gymnasium id (CartPole-v1), or module:callable, or path/to/file.py:callable"
+
+
+def command_parser(prog: str, description: str, env: str | None = "env") -> argparse.ArgumentParser:
+    """The parser of one of vecshm's commands (``vecshm-bench``, ``python -m vecshm.check``, ...),
+    defaults shown in its help, with the env named as every command names it: ``env`` (a
+    positional argument, or ``--env`` where it is optional, or None: none) and ``--env-kwargs``."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    if env is None:
+        return parser
+    if env.startswith("-"):
+        parser.add_argument(env, default=None, metavar="ID_OR_MODULE:CALLABLE", help=f"your own env: {ENV_HELP}")
+    else:
+        parser.add_argument(env, help=ENV_HELP)
+    parser.add_argument(
+        "--env-kwargs",
+        type=json_object,
+        default={},
+        metavar="JSON",
+        help="keyword arguments for the env, a JSON object",
+    )
+    return parser
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``--env-kwargs``' JSON object, as keyword arguments (the parser's type: a bad one is a usage error)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
     return value
 
 

@@ -24,7 +24,7 @@ from vecshm.bench.runner import Case, run_case
 from vecshm.bench.systems import SYSTEMS, USER_ENV_SYSTEMS, System, get_systems
 from vecshm.bench.workloads import get_workload, user_workload
 from vecshm.progress import Progress
-from vecshm.user_env import is_parallel_env, make_named_env, parse_env_kwargs
+from vecshm.user_env import command_parser, is_parallel_env, make_named_env
 
 __all__ = ["main", "build_parser"]
 
@@ -32,11 +32,12 @@ DEFAULT_WORKLOADS = ["frames", "pong"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vecshm-bench",
-        description="Measure vecshm against SB3 SubprocVecEnv/DummyVecEnv, Gymnasium Async/SyncVectorEnv "
-        "and EnvPool, in interleaved rounds on the same workload.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "vecshm-bench",
+        "Measure vecshm against SB3 SubprocVecEnv/DummyVecEnv, Gymnasium Async/SyncVectorEnv and EnvPool, in "
+        "interleaved rounds on the same workload; --env: on your own env, on every system that can run it, "
+        "with the ideal where a step does real work.",
+        env="--env",
     )
     parser.add_argument(
         "-w",
@@ -47,14 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="none by default with --env; shared-data: memory and start-up of envs holding one large table "
         "(vecshm.bench.shared_data)",
     )
-    parser.add_argument(
-        "--env",
-        default=None,
-        metavar="ID_OR_MODULE:CALLABLE",
-        help="your own env: a Gymnasium id (CartPole-v1, ALE/Breakout-v5), module:callable or file.py:callable; "
-        "run on every system that can run it, with the ideal where a step does real work",
-    )
-    parser.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments for --env, a JSON object")
     parser.add_argument(
         "-n",
         "--n-envs",
@@ -147,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [get_workload(name, ALL_WORKLOADS) for name in args.workload]
     if args.env:
         print(f"timing {args.env} in this process first", file=sys.stderr)
-        kwargs = parse_env_kwargs(args.env_kwargs)
+        kwargs = args.env_kwargs
         probe = make_named_env(args.env, kwargs)
         agents = is_parallel_env(probe)
         probe.close()

@@ -14,23 +14,16 @@ from vecshm.bench.workloads import Workload
 __all__ = ["Stepper", "System"]
 
 
+@dataclass
 class Stepper:
-    """A built vectorizer: ``step`` runs one batch of ``envs_per_step`` env-steps; ``close`` releases it."""
+    """A built vectorizer: ``step`` runs one batch of ``envs_per_step`` env-steps; ``close`` releases it.
+    ``env_steps``: the env-steps done so far, for a system whose batches vary in size (Tianshou's wait_num)."""
 
-    def __init__(
-        self,
-        env: Any,
-        step: Callable[[np.ndarray], Any],
-        reset: Callable[[], Any],
-        envs_per_step: int | None = None,
-        env_steps: Callable[[], int] | None = None,
-    ) -> None:
-        self.env = env
-        self.step = step
-        self.reset = reset
-        self.envs_per_step = envs_per_step
-        # the env-steps done so far, for a system whose batches vary in size (Tianshou's wait_num)
-        self.env_steps = env_steps
+    env: Any
+    step: Callable[[np.ndarray], Any]
+    reset: Callable[[], Any]
+    envs_per_step: int | None = None
+    env_steps: Callable[[], int] | None = None
 
     def close(self) -> None:
         self.env.close()

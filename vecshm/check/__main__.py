@@ -6,19 +6,18 @@ import argparse
 import json
 import sys
 
+from vecshm.user_env import command_parser
+
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (the docs print its help from here)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m vecshm.check",
-        description="Run ENV under vecshm and in this process with the same seeds and actions, compare every "
-        "result bit for bit, and name what differs. Exit status 0: safe to switch; 1: not.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m vecshm.check",
+        "Run ENV under vecshm and in this process with the same seeds and actions, compare every result bit "
+        "for bit, and name what differs. Exit status 0: safe to switch; 1: not.",
     )
-    parser.add_argument("env", help="a Gymnasium id (CartPole-v1), or module:callable, or path/to/file.py:callable")
-    parser.add_argument("--env-kwargs", default=None, help="keyword arguments for the env, as a JSON object")
     parser.add_argument("-n", "--num-envs", type=int, default=2, help="envs in each vec env")
     parser.add_argument("--steps", type=int, default=1000, help="steps in each run (enough for episodes to end)")
     parser.add_argument("--seed", type=int, default=0, help="the resets' seed and the actions' seed")
@@ -34,7 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the check and print its report; returns the exit status."""
     args = build_parser().parse_args(argv)
     from vecshm.check import check
-    from vecshm.user_env import parse_env_kwargs
 
     def progress(line: str) -> None:
         print(f"vecshm.check: {line}", file=sys.stderr, flush=True)
@@ -45,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             num_envs=args.num_envs,
             steps=args.steps,
             seed=args.seed,
-            env_kwargs=parse_env_kwargs(args.env_kwargs),
+            env_kwargs=args.env_kwargs,
             api=args.api,
             start_methods=args.start_methods,
             transports=args.transports,

@@ -19,14 +19,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from vecshm.pettingzoo.copies import copy_options
+from vecshm.pettingzoo.agent_vec_env import AgentVecEnv
+from vecshm.pettingzoo.agent_vector_env import AgentVectorEnv
+from vecshm.pettingzoo.copies import options_for_copies
 from vecshm.pettingzoo.rows import EnvCopy
-from vecshm.pettingzoo.sb3 import AgentVecEnv
 from vecshm.pettingzoo.single_agent import OneAgentEnv
 from vecshm.pettingzoo.supersuit_shape import AgentRowsEnv, SuperSuitVecEnv
-from vecshm.pettingzoo.vector import AgentVectorEnv
 from vecshm.shared.errors import NotAParallelEnvError
-from vecshm.vec_env.shm import ShmVecEnv
+from vecshm.vec_env.shm_vec_env import ShmVecEnv
 
 __all__ = [
     "AgentRowsEnv",
@@ -98,6 +98,6 @@ def _sb3_copies(env: gym.Env, num_copies: int, num_cpus: int, options: dict[str,
     if not isinstance(num_copies, int) or num_copies < 1:
         raise ValueError(f"the number of copies must be an int >= 1, got {num_copies!r}")
     fns: list[Callable[[], gym.Env]] = [EnvCopy(env)] * num_copies
-    venv = ShmVecEnv(fns, **copy_options(fns, num_cpus, options))
+    venv = ShmVecEnv(fns, **options_for_copies(fns, num_cpus, options))
     venv.metadata = {**venv.metadata, **(env.metadata or {})}
     return venv

@@ -10,10 +10,9 @@ small fresh arrays.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from types import FrameType
 from typing import Any, NamedTuple
 
@@ -31,9 +30,9 @@ __all__ = [
     "AgentPlan",
     "CopyRows",
     "Rows",
-    "copy_options",
+    "options_for_copies",
     "describe",
-    "naming_copies",
+    "copies_named",
     "plan_copies",
     "read_rows",
     "row_of",
@@ -69,9 +68,8 @@ class CopyRows(EnvRows):
         self.num_rows = plan.num_rows
         self.num_agents = len(plan.agents)
 
-    @staticmethod
-    def naming() -> contextlib.AbstractContextManager[None]:
-        return naming_copies()
+    def named(self, error: BaseException) -> BaseException:
+        return copies_named(error)
 
     def env_of(self, row: int) -> int:
         return row // self.num_agents
@@ -90,6 +88,10 @@ class CopyRows(EnvRows):
         by_copy = dict(zip(envs, answers))
         return [by_copy[int(r) % self.num_rows // self.num_agents] for r in rows]
 
+    def read(self, batch: Batch, own_arrays: bool, same_step: bool, reward_dtype: type) -> Rows:
+        """The rows of ``batch`` (see :func:`read_rows`)."""
+        return read_rows(batch, self.plan, own_arrays, same_step, reward_dtype)
+
 
 def plan_copies(parallel_env: Any, num_copies: int) -> AgentPlan:
     """Check ``parallel_env`` (its agents must share their spaces) and ``num_copies``, before any
@@ -101,22 +103,27 @@ def plan_copies(parallel_env: Any, num_copies: int) -> AgentPlan:
 
 
 def start_copies(
-    parallel_env: Any, plan: AgentPlan, num_cpus: int, autoreset: AutoReset, options: dict[str, Any]
-) -> VecRun:
-    """A run of ``plan.num_copies`` copies of ``parallel_env`` on ``num_cpus`` worker processes
-    (0: vecshm's default plan); ``options``: vecshm's, as :func:`vecshm.options.resolved` gives
-    them (:class:`~vecshm.options.StartOptions`, less ``copy``, which is the facade's; ``batch_size``
+    parallel_env: Any, num_copies: int, num_cpus: int, autoreset: AutoReset, options: dict[str, Any]
+) -> tuple[AgentPlan, VecRun]:
+    """``num_copies`` copies of ``parallel_env`` checked (:func:`plan_copies`, before any process
+    starts), then run on ``num_cpus`` worker processes (0: vecshm's default plan), errors naming
+    copies; ``options``: vecshm's, as :func:`vecshm.options.resolved` gives them
+    (:class:`~vecshm.options.StartOptions`, less ``copy``, which is the facade's; ``batch_size``
     counts copies)."""
+    plan = plan_copies(parallel_env, num_copies)
     if options["device"] is not None:
         raise ValueError(
             "device= is not supported by vecshm.pettingzoo: its rows come as numpy arrays; pass "
             "pin_memory=True for fast copies to a GPU (torch.as_tensor(obs).to('cuda'), or SB3's obs_as_tensor)"
         )
     fns = [CopyOf(parallel_env)] * plan.num_copies
-    return VecRun(fns, copy_options(fns, num_cpus, options), autoreset=autoreset)
+    try:
+        return plan, VecRun(fns, options_for_copies(fns, num_cpus, options), autoreset=autoreset)
+    except (WorkerError, WorkerDiedError) as error:
+        CopyRows(plan).raise_named(error)
 
 
-def copy_options(fns: list[Any], num_cpus: int, options: dict[str, Any]) -> dict[str, Any]:
+def options_for_copies(fns: list[Any], num_cpus: int, options: dict[str, Any]) -> dict[str, Any]:
     """vecshm's ``options`` for copies made by ``fns`` on SuperSuit's ``num_cpus`` worker processes
     (0: vecshm's default plan), the start method, unless given, multiprocessing's default, as
     SuperSuit's processes (and AsyncVectorEnv) take it."""
@@ -138,19 +145,15 @@ def describe(venv: Any) -> str:
     return f"{type(venv).__name__}(copies={plan.num_copies}, agents={len(plan.agents)}, rows={plan.num_rows}, {state})"
 
 
-@contextlib.contextmanager
-def naming_copies() -> Iterator[None]:
-    """Errors of the engine (which calls a copy an env) that name copies: ``copy 1 raised ...``,
-    ``worker 1 (copies 2-3) was killed``."""
-    try:
-        yield
-    except WorkerError as error:
-        if error.record is None:
-            raise
-        raise remote_errors([e.record for e in error.errors or [error] if e.record is not None], "copy") from None
-    except WorkerDiedError as error:
+def copies_named(error: BaseException) -> BaseException:
+    """An error of the engine (which calls a copy an env) naming copies: ``copy 1 raised ...``,
+    ``worker 1 (copies 2-3) was killed``; any other error as it is."""
+    if isinstance(error, WorkerError) and error.record is not None:
+        return remote_errors([e.record for e in error.errors or [error] if e.record is not None], "copy")
+    if isinstance(error, WorkerDiedError):
         message = re.sub(r"\((envs?) ", lambda m: "(copies " if m.group(1) == "envs" else "(copy ", str(error), count=1)
-        raise type(error)(message, error.env_indices, error.exitcode) from None
+        return type(error)(message, error.env_indices, error.exitcode)
+    return error
 
 
 def _user_frame() -> Any:
@@ -220,16 +223,20 @@ def _agent_infos(info: dict[str, Any], num_agents: int) -> list[dict[str, Any]]:
     return [dict(one) for one in agents] if agents is not None else [{} for _ in range(num_agents)]
 
 
-def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool, reward_dtype: type = np.float64) -> Rows:
-    """The rows of ``batch`` (see :class:`Rows`), rewards in ``reward_dtype`` (SB3's float32, Gymnasium's float64)."""
+def read_rows(
+    batch: Batch, plan: AgentPlan, own_arrays: bool, same_step: bool, reward_dtype: type = np.float64
+) -> Rows:
+    """The rows of ``batch`` (see :class:`Rows`), rewards in ``reward_dtype`` (SB3's float32, Gymnasium's
+    float64); ``own_arrays``: the observations copied out of the segment (the facade's ``copy`` option),
+    else lent views."""
     a = len(plan.agents)
     ids = batch.ids
     rows = len(ids) * a
-    copies = batch.observations(copy)
-    rewards = copies["reward"].reshape(rows).astype(reward_dtype)
-    terminated = copies["terminated"].reshape(rows).astype(bool)
-    truncated = copies["truncated"].reshape(rows).astype(bool)
-    present = copies["present"].reshape(rows).astype(bool)
+    by_copy = batch.observations(own_arrays)  # each copy's observation: its agents' rows and flags
+    rewards = by_copy["reward"].reshape(rows).astype(reward_dtype)
+    terminated = by_copy["terminated"].reshape(rows).astype(bool)
+    truncated = by_copy["truncated"].reshape(rows).astype(bool)
+    present = by_copy["present"].reshape(rows).astype(bool)
     infos = [_agent_infos(info, a) for info in batch.infos()]
     ended = (batch.terminated | batch.truncated).nonzero()[0].tolist()
     finals: dict[int, Any] = {}
@@ -245,12 +252,12 @@ def read_rows(batch: Batch, plan: AgentPlan, copy: bool, same_step: bool, reward
                 terminated[span] = final["terminated"].astype(bool)
                 truncated[span] = final["truncated"].astype(bool)
     for k in restarted:  # the step was lost: every agent present in the last observation is truncated
-        last = finals[k] if k in finals else {"present": copies["present"][k]}
+        last = finals[k] if k in finals else {"present": by_copy["present"][k]}
         span = slice(k * a, (k + 1) * a)
         rewards[span] = 0.0
         terminated[span] = False
         truncated[span] = np.asarray(last["present"], dtype=bool)
     return Rows(
-        list(ids), _flat(copies["obs"], rows), rewards, terminated, truncated, present, finals, infos, final_infos,
+        list(ids), _flat(by_copy["obs"], rows), rewards, terminated, truncated, present, finals, infos, final_infos,
         restarted,
     )  # fmt: skip

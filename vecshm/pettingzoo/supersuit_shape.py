@@ -12,7 +12,7 @@ SuperSuit's Gymnasium-based vec envs (``ConcatVecEnv`` and ``ProcConcatVec``, an
 - ``render()`` is the first copy's.
 
 :class:`SuperSuitVecEnv` gives those conventions over the same run and the same read of each
-batch as :class:`~vecshm.pettingzoo.vector.AgentVectorEnv`: only the shapes it returns differ.
+batch as :class:`~vecshm.pettingzoo.agent_vector_env.AgentVectorEnv`: only the shapes it returns differ.
 docs/multiagent.md lists where it still departs from SuperSuit, and why.
 """
 
@@ -27,8 +27,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecshm.options import StartOptions, takes_options
+from vecshm.pettingzoo.agent_vector_env import CopyRowsVectorEnv
 from vecshm.pettingzoo.copies import AgentPlan, CopyRows, Rows, plan_copies, row_of
-from vecshm.pettingzoo.vector import CopyRowsVectorEnv
 from vecshm.shared.errors import ClosedError
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from vecshm.shared import sharing
 from vecshm.shared.pickling import Pickled, PickledFactory, factories_by_value
 from vecshm.shared.protocol import CallOp
 from vecshm.shared.registry import adopt_registry
-from vecshm.vec_env.shm import ShmVecEnv
+from vecshm.vec_env.shm_vec_env import ShmVecEnv
 
 __all__ = ["EnvHost", "assigned_cpus", "host_options", "launch_host"]
 

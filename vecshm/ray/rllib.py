@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from vecshm.ray.actor import host_options
-from vecshm.vector.shm import ShmVectorEnv
+from vecshm.vector.shm_vector_env import ShmVectorEnv
 
 __all__ = ["register_env", "VectorEnvCreator"]
 

@@ -1,7 +1,7 @@
 """``RayVecEnv``: an SB3 ``VecEnv`` whose envs live in Ray actors, each a ``ShmVecEnv`` over a share of them.
 
 SB3's rules are the kernel's (:mod:`vecshm.vec_env.sb3_kernel`), exactly as ``ShmVecEnv``'s; the
-actors are its run (:class:`~vecshm.ray.run.RayRun`). This class says only how the actors'
+actors are its run (:class:`~vecshm.ray.actor_run.RayRun`). This class says only how the actors'
 answers become SB3's results.
 """
 
@@ -15,11 +15,11 @@ import numpy as np
 import ray
 
 from vecshm.options import StartOptions, resolved, takes_options
+from vecshm.ray.actor_run import RayRun
 from vecshm.ray.ending import alive_nodes
-from vecshm.ray.run import RayRun
 from vecshm.ray.shares import concat, split, writable_terminals
 from vecshm.row_maps import EnvRows
-from vecshm.vec_env.base import VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.base import VecEnvObs
 from vecshm.vec_env.sb3_kernel import SB3Kernel
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ class RayVecEnv(SB3Kernel):
 
     # -- the result shape: the actors' answers joined ---------------------------------------------
 
-    def _step_results(self, batch: list[Any]) -> VecEnvStepReturn:
+    def _results(self, batch: list[Any], device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
         """Each actor's ``(obs, rewards, dones, infos, reset_infos)`` joined, in actor order; the
-        actors' arrays copied (Ray's are read-only views of its object store)."""
+        actors' arrays copied (Ray's are read-only views of its object store). Only ``step_wait``
+        asks (the actors have no async batches), so ``terminated`` and ``truncated`` are None."""
         infos: list[dict] = []
         for (start, _), (_, _, _, actor_infos, reset_infos) in zip(self._run.shares, batch):
             infos += writable_terminals(actor_infos)
@@ -109,7 +110,7 @@ class RayVecEnv(SB3Kernel):
                 self.reset_infos[start + i] = info
         rewards = np.concatenate([answer[1] for answer in batch])
         dones = np.concatenate([answer[2] for answer in batch])
-        return concat([answer[0] for answer in batch]), rewards, dones, infos
+        return concat([answer[0] for answer in batch]), rewards, dones, None, None, infos
 
     def _reset_results(self, batch: list[Any]) -> VecEnvObs:
         self.reset_infos = [info for _, infos in batch for info in infos]

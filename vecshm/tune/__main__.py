@@ -6,20 +6,19 @@ import argparse
 import json
 import sys
 
+from vecshm.user_env import command_parser
+
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (the docs print its help from here)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m vecshm.tune",
-        description="Measure vecshm's plans for ENV on this machine, in your loop and within a time budget; print "
-        "what was measured, the chosen settings as a constructor line, why, and the speed-up over SubprocVecEnv "
-        "and the in-process reference, measured in the same run.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m vecshm.tune",
+        "Measure vecshm's plans for ENV on this machine, in your loop and within a time budget; print what was "
+        "measured, the chosen settings as a constructor line, why, and the speed-up over SubprocVecEnv and the "
+        "in-process reference, measured in the same run.",
     )
-    parser.add_argument("env", help="a Gymnasium id (CartPole-v1), or module:callable, or path/to/file.py:callable")
-    parser.add_argument("--env-kwargs", default=None, help="keyword arguments for the env, as a JSON object")
     parser.add_argument("-n", "--num-envs", type=int, default=None, help="envs (default: 4 per usable core)")
     parser.add_argument("--seconds", type=float, default=60.0, help="the time budget")
     parser.add_argument(
@@ -41,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from vecshm.progress import Progress
     from vecshm.tune import tune
-    from vecshm.user_env import parse_env_kwargs
 
     display = Progress(100, args.quiet)
     try:
@@ -51,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds=args.seconds,
             loop=args.loop,
             caller_seconds=args.caller_ms / 1e3,
-            env_kwargs=parse_env_kwargs(args.env_kwargs),
+            env_kwargs=args.env_kwargs,
             progress=display.at,
         )
     finally:

@@ -11,7 +11,7 @@ from vecshm.vec_env.base import (
 )
 from vecshm.vec_env.dummy import DummyVecEnv
 from vecshm.vec_env.make_vec_env import make_vec_env
-from vecshm.vec_env.shm import ShmVecEnv
+from vecshm.vec_env.shm_vec_env import ShmVecEnv
 
 __all__ = [
     "CloudpickleWrapper",

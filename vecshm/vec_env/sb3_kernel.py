@@ -8,8 +8,9 @@ alike, because they all sit on this kernel: :class:`~vecshm.ShmVecEnv` (an env a
 :class:`~vecshm.ray.RayVecEnv` (an env of a Ray actor a row). Each says only two things:
 
 - its **row map** (:mod:`vecshm.row_maps`): which rows it has and where each lives;
-- its **result shape**: how a batch becomes SB3's return values (:meth:`SB3Kernel._step_results`,
-  :meth:`SB3Kernel._reset_results`, and for async batches :meth:`SB3AsyncBatches._recv_results`).
+- its **result shape**: how a batch becomes SB3's return values (:meth:`SB3Kernel._results`, of
+  which ``step_wait`` and ``recv`` each return what their peer returns, and
+  :meth:`SB3Kernel._reset_results`). The kernel's own is SB3's, of a batch whose rows are the run's envs.
 
 The rules, for every class alike:
 
@@ -24,7 +25,7 @@ The rules, for every class alike:
 - ``get_images()`` warns and returns Nones unless the envs render ``rgb_array``, as SB3's.
 
 The kernel drives a run through :class:`SB3Run`, which the local run
-(:class:`~vecshm.parent.core.run.VecRun`) and the Ray actors' (:class:`~vecshm.ray.run.RayRun`)
+(:class:`~vecshm.parent.core.run.VecRun`) and the Ray actors' (:class:`~vecshm.ray.actor_run.RayRun`)
 both speak.
 """
 
@@ -40,7 +41,7 @@ import numpy as np
 from vecshm.parent.core.inspection import StatsHooks
 from vecshm.parent.handback.results import Batch
 from vecshm.row_maps import EnvRows
-from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecshm.shared.errors import AlreadyPendingCallError, NoAsyncCallError, VecShmError
 from vecshm.shared.protocol import CallOp
 from vecshm.vec_env.base import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
@@ -111,10 +112,11 @@ class SB3Kernel(StatsHooks, VecEnv):
     _run: SB3Run
 
     def _started(
-        self, run: SB3Run, rows: EnvRows, copy: bool, observation_space: gym.Space, action_space: gym.Space
+        self, run: SB3Run, rows: EnvRows, own_arrays: bool, observation_space: gym.Space, action_space: gym.Space
     ) -> None:
-        """Take ``run`` (started), with ``rows`` over its envs; closed again if SB3's set-up fails."""
-        self._run, self.rows, self.copy = run, rows, copy
+        """Take ``run`` (started), with ``rows`` over its envs; closed again if SB3's set-up fails.
+        ``own_arrays``: the ``copy`` option (observations copied out of the segment, else lent)."""
+        self._run, self.rows, self.copy = run, rows, own_arrays
         self.closed = False
         try:
             VecEnv.__init__(self, rows.num_rows, observation_space, action_space)
@@ -125,19 +127,10 @@ class SB3Kernel(StatsHooks, VecEnv):
     # -- the result shape: SB3's own, of a batch whose rows are the run's envs ----------------------
     # (ShmVecEnv's; a class whose rows or batches differ writes its own: AgentVecEnv, RayVecEnv)
 
-    def _step_results(self, batch: Any) -> VecEnvStepReturn:
-        """``step_wait``'s ``(obs, rewards, dones, infos)`` of ``batch``."""
-        obs, rewards, dones, _, _, infos = self._sb3_results(batch, device=False)
-        return obs, rewards, dones, infos
-
-    def _reset_results(self, batch: Any) -> VecEnvObs:
-        """``reset``'s observations of ``batch``; sets ``reset_infos``."""
-        self.reset_infos = batch.infos()
-        return batch.observations(self.copy)
-
-    def _sb3_results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
-        """SB3-shaped results of ``batch``: numpy (``step``), or observations, rewards and flags as
-        the run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
+    def _results(self, batch: Any, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
+        """``(obs, rewards, dones, terminated, truncated, infos)`` of ``batch``, of which ``step_wait``
+        returns four and ``recv`` five: numpy (``step``), or observations, rewards and flags as the
+        run's outputs give them (``device``: ``recv``, which hands tensors to a ``device``).
 
         ``reset_infos[i]`` takes the info of env ``i``'s automatic reset and keeps it until the
         env's next reset, as in SB3's DummyVecEnv.
@@ -154,6 +147,11 @@ class SB3Kernel(StatsHooks, VecEnv):
             obs, rewards, terminated, truncated = self._run.step_results(batch, rewards, self.copy)  # type: ignore[attr-defined]  # a local run's
             return obs, rewards, dones, terminated, truncated, infos
         return batch.observations(self.copy), rewards, dones, terminated, truncated, infos
+
+    def _reset_results(self, batch: Any) -> VecEnvObs:
+        """``reset``'s observations of ``batch``; sets ``reset_infos``."""
+        self.reset_infos = batch.infos()
+        return batch.observations(self.copy)
 
     def _sb3_infos(self, batch: Batch, ids: Sequence[int], terminated: Any, truncated: Any, flags: list[bool]) -> list:
         """SB3's info dicts of ``batch`` (``flags``: its envs' dones), with the final observation and
@@ -190,26 +188,27 @@ class SB3Kernel(StatsHooks, VecEnv):
         if not self.waiting:
             raise NoAsyncCallError("step_wait() was called without a pending step_async()")
         self.waiting = False
-        naming = self.rows.naming
-        if naming is None:
+        try:
             batch = run.finish()
-        else:
-            with naming():
-                batch = run.finish()
-        return run.hand_back(self._step_results(batch))
+        except VecShmError as error:
+            self.rows.raise_named(error)
+        obs, rewards, dones, _, _, infos = self._results(batch, False)
+        return run.hand_back((obs, rewards, dones, infos))
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds and options set since the last reset (then used up); a
         pending step and the async batches in flight are finished and dropped first."""
         run = self._run
         run.check_usable()
-        with self.rows.waiting():
+        try:
             if self.waiting:
                 self.waiting = False
                 run.finish()
             run.drain()
             run.start_reset(self._reset_requests(), self.copy)
             batch = run.finish()
+        except VecShmError as error:
+            self.rows.raise_named(error)
         self._reset_seeds()
         self._reset_options()
         return run.hand_back(self._reset_results(batch))
@@ -252,9 +251,7 @@ class SB3Kernel(StatsHooks, VecEnv):
         self._check_idle(name)
         rows = list(self._get_indices(indices))
         envs = self.rows.envs_of(rows)
-        with self.rows.waiting():
-            answers = self._run.call(op, envs, *call_args)
-        return self.rows.per_row(rows, envs, answers)
+        return self.rows.per_row(rows, envs, self._on_envs(op, envs, *call_args))
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call("get_attr", indices, attr_name)
@@ -285,8 +282,14 @@ class SB3Kernel(StatsHooks, VecEnv):
             )
             return [None for _ in envs]
         self._check_idle("get_images")
-        with self.rows.waiting():
-            return self._run.call(CallOp.RENDER, envs)
+        return self._on_envs(CallOp.RENDER, envs)
+
+    def _on_envs(self, op: CallOp, envs: list[int], *args: Any) -> list[Any]:
+        """``op`` on the run's ``envs``, its errors naming them as the rows' caller reads them."""
+        try:
+            return self._run.call(op, envs, *args)
+        except VecShmError as error:
+            self.rows.raise_named(error)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -300,15 +303,10 @@ class SB3Kernel(StatsHooks, VecEnv):
 
 class SB3AsyncBatches(SB3Kernel):
     """The SB3 kernel with EnvPool-style async batches (``async_reset``, ``send``, ``recv``), for a
-    class whose run has them (a local one). ``recv``'s batch is shaped by :meth:`_recv_results`."""
+    class whose run has them (a local one)."""
 
     _received = 0  # the run's envs the last recv returned: send's default
     _run: SB3AsyncRun
-
-    def _recv_results(self, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict], np.ndarray]:
-        """``recv``'s ``(obs, rewards, terminated, truncated, infos, env_ids)`` of ``batch`` (SB3's shape)."""
-        obs, rewards, _, terminated, truncated, infos = self._sb3_results(batch, device=True)
-        return obs, rewards, terminated, truncated, infos, batch.env_ids
 
     def async_reset(self) -> None:
         """Reset every env without waiting; ``recv()`` returns the reset observations batch by batch."""
@@ -333,11 +331,10 @@ class SB3AsyncBatches(SB3Kernel):
         Infos follow SB3's conventions (``terminal_observation``, ``TimeLimit.truncated``); the
         info of an automatic reset is in ``reset_infos`` at the row's index."""
         run = self._run
-        naming = self.rows.naming
-        if naming is None:
+        try:
             batch = run.recv()
-        else:
-            with naming():
-                batch = run.recv()
+        except VecShmError as error:
+            self.rows.raise_named(error)
         self._received = len(batch.ids)
-        return run.hand_back(self._recv_results(batch))
+        obs, rewards, _, terminated, truncated, infos = self._results(batch, True)
+        return run.hand_back((obs, rewards, terminated, truncated, infos, batch.env_ids))

@@ -7,6 +7,6 @@ it is defined (``runs_custom_workers=True``). Both are imported here, with the p
 """
 
 from vecshm.vector.on_pipes import ShmVectorEnvOnPipes
-from vecshm.vector.shm import ShmVectorEnv
+from vecshm.vector.shm_vector_env import ShmVectorEnv
 
 __all__ = ["ShmVectorEnv", "ShmVectorEnvOnPipes"]

@@ -18,7 +18,7 @@ are AsyncVectorEnv's, kept in :mod:`vecshm.vector.rules`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -29,7 +29,7 @@ from vecshm.parent.core.inspection import StatsHooks
 from vecshm.parent.core.run import VecRun
 from vecshm.parent.handback.results import Batch
 from vecshm.row_maps import EnvRows
-from vecshm.shared.errors import ClosedError, WorkerError
+from vecshm.shared.errors import ClosedError, VecShmError, WorkerError
 from vecshm.shared.protocol import CallOp
 from vecshm.vector.infos import step_infos, vector_infos
 from vecshm.vector.rules import (
@@ -59,8 +59,10 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
     _state = CallState.DEFAULT
     _received = 0  # the run's envs the last recv returned: send's default
 
-    def _started(self, run: VecRun, rows: EnvRows, copy: bool) -> None:
-        self._run, self.rows, self.copy = run, rows, copy
+    def _started(self, run: VecRun, rows: EnvRows, own_arrays: bool) -> None:
+        """Take ``run`` (started), with ``rows`` over its envs. ``own_arrays``: the ``copy`` option
+        (observations copied out of the segment, else lent), ``copy`` as AsyncVectorEnv names it."""
+        self._run, self.rows, self.copy = run, rows, own_arrays
         self.num_envs = rows.num_rows
         self._all_ids = np.arange(self.num_envs)
         self._state = CallState.DEFAULT
@@ -165,14 +167,10 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
         self._assert_is_running()
         if self._state is not state:
             expect_pending(self._state, state, call, opener)
-        naming = self.rows.naming
         try:
-            if naming is None:
-                return self._run.finish(timeout)
-            with naming():
-                return self._run.finish(timeout)
-        except WorkerError as error:
-            raise_as_async_vector_env(error)
+            return self._run.finish(timeout)
+        except VecShmError as error:
+            self._raise(error)
         finally:
             self._state = CallState.DEFAULT
 
@@ -203,15 +201,10 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
         Infos are batched over the returned rows, in ``env_ids`` order.
         """
         self._assert_is_running()
-        naming = self.rows.naming
         try:
-            if naming is None:
-                batch = self._run.recv(timeout)
-            else:
-                with naming():
-                    batch = self._run.recv(timeout)
-        except WorkerError as error:
-            raise_as_async_vector_env(error)
+            batch = self._run.recv(timeout)
+        except VecShmError as error:
+            self._raise(error)
         self._received = len(batch.ids)
         return self._run.hand_back((*self._step_results(batch), batch.env_ids))  # type: ignore[return-value]  # recv's batches name their envs
 
@@ -251,10 +244,17 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
     def _on_envs(self, op: CallOp, envs: list[int], *args: Any) -> list[Any]:
         """``op`` on the run's ``envs``, its failures logged and raised as AsyncVectorEnv's."""
         try:
-            with self.rows.waiting():
-                return self._run.call(op, envs, *args)
-        except WorkerError as error:
-            raise_as_async_vector_env(error)
+            return self._run.call(op, envs, *args)
+        except VecShmError as error:
+            self._raise(error)
+
+    def _raise(self, error: VecShmError) -> NoReturn:
+        """Raise ``error`` naming the run's envs as the rows' caller reads them; an env's failure
+        logged and raised as AsyncVectorEnv does (:func:`~vecshm.vector.rules.raise_as_async_vector_env`)."""
+        named = self.rows.named(error)
+        if isinstance(named, WorkerError):
+            raise_as_async_vector_env(named)
+        self.rows.raise_named(error)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)

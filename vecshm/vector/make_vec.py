@@ -11,7 +11,7 @@ import gymnasium as gym
 from gymnasium import error
 from gymnasium.envs.registration import EnvSpec, VectorizeMode
 
-from vecshm.vector.shm import ShmVectorEnv
+from vecshm.vector.shm_vector_env import ShmVectorEnv
 
 __all__ = ["make_vec"]
 

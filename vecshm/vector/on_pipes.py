@@ -30,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv, VectorEnv
 from vecshm.parent.processes.lifetime import describe_exit, end_processes
 from vecshm.shared.errors import FailedError, WorkerDiedError
 from vecshm.vector.rules import ASYNC_SIGNATURE, check_worker_signature
-from vecshm.vector.shm import ShmVectorEnv
+from vecshm.vector.shm_vector_env import ShmVectorEnv
 from vecshm.worker.main import exit_with_parent
 
 __all__ = ["ShmVectorEnvOnPipes"]

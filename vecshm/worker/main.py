@@ -63,7 +63,7 @@ class ProcessSpec:
     autoreset: AutoReset
     reward_codes: bool  # record each reward's dtype (see vecshm.shared.buffers.REWARD_DTYPES)
     spin_seconds: float  # the longest spin, while the parent's turnaround is short
-    loose_spin_seconds: float  # ... and after a longer one (see vecshm.parent.options.WORKER_SPIN_SECONDS)
+    loose_spin_seconds: float  # ... and after a longer one (see vecshm.parent.engine_options.WORKER_SPIN_SECONDS)
     settings: dict[str, Any]
     parent_pid: int
     registry: bytes = b""  # the parent's gymnasium registry entries (see vecshm.shared.registry)

@@ -22,9 +22,9 @@ from vecshm.parent.core.commands import Commands
 from vecshm.parent.core.health import Health
 from vecshm.parent.core.restart import EngineParts, failure_policy
 from vecshm.parent.core.waiting import Waiter
+from vecshm.parent.engine_options import EngineRules
 from vecshm.parent.handback.results import ObservationSlots, ResultReader
 from vecshm.parent.handback.ring import UnitRing, segment_spec
-from vecshm.parent.options import EngineRules
 from vecshm.parent.plan import VecEnvPlan, as_env_list
 from vecshm.parent.processes.pool import ProcessPool
 from vecshm.parent.processes.start_methods import refuse_inside_worker_start_up

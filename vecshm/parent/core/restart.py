@@ -25,9 +25,9 @@ import numpy as np
 
 from vecshm.parent.control import ControlWords, Ticket
 from vecshm.parent.core.waiting import WORKER_CHECK_SECONDS, Waiter
+from vecshm.parent.engine_options import EngineRules
 from vecshm.parent.handback.results import ResultReader
 from vecshm.parent.handback.ring import UnitRing
-from vecshm.parent.options import EngineRules
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import describe_exit, describe_process
 from vecshm.parent.processes.pool import ProcessPool

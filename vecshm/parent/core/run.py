@@ -39,11 +39,11 @@ from vecshm.parent.core.balance import CoreBalance
 from vecshm.parent.core.batching import AsyncBatches
 from vecshm.parent.core.calls import by_lane
 from vecshm.parent.core.engine import Engine
-from vecshm.parent.core.stats import RunStats
+from vecshm.parent.core.run_stats import RunStats
 from vecshm.parent.core.waiting import WaitObserver
+from vecshm.parent.engine_options import EngineOptions
 from vecshm.parent.handback.delivery import NUMPY, NumpyOutputs, build_outputs, output_device
 from vecshm.parent.handback.results import Batch
-from vecshm.parent.options import EngineOptions
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.start_methods import default_start_method
 from vecshm.shared.buffers import Buffers
@@ -81,7 +81,7 @@ class VecRun:
         ``options``: vecshm's options as the facade's caller gave them, checked and completed
         (:func:`vecshm.options.resolved`); ``rules``: what the facade itself asks of the engine,
         its peer's rules (``autoreset``, ``check_spaces``, ``start_method``, ...; the fields of
-        :class:`~vecshm.parent.options.EngineOptions`)."""
+        :class:`~vecshm.parent.engine_options.EngineOptions`)."""
         options = dict(options)
         batch_size, device, pin_memory = options.pop("batch_size"), options.pop("device"), options.pop("pin_memory")
         # the plan sizes its commands for the batches (see vecshm.parent.plan); AsyncBatches checks the size

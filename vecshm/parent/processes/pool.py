@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 
 from vecshm.parent.control import ControlWords
-from vecshm.parent.options import EngineRules
+from vecshm.parent.engine_options import EngineRules
 from vecshm.parent.plan import VecEnvPlan
 from vecshm.parent.processes.lifetime import (
     WORKER_PROCESSES,

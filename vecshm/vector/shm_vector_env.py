@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 from vecshm.options import VecOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.core.run import VecRun
-from vecshm.parent.options import tuple_of_values
+from vecshm.parent.engine_options import tuple_of_values
 from vecshm.parent.processes.start_methods import gymnasium_start_method
 from vecshm.row_maps import EnvRows
 from vecshm.shared.protocol import AutoReset, CallOp

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import spaces
 
 from vecshm.options import StartOptions, declared
-from vecshm.parent.balance_rules import DEFAULT_BALANCE_RULES, BalanceRules  # (where users import them from)
 from vecshm.parent.processes.start_methods import default_start_method, preload_in_forkserver
 from vecshm.shared.errors import SpaceMismatchError
 from vecshm.shared.layout import leaves
@@ -24,8 +23,6 @@ from vecshm.shared.protocol import AutoReset
 from vecshm.shared.sync import TSO_ARCHES
 
 __all__ = [
-    "BalanceRules",
-    "DEFAULT_BALANCE_RULES",
     "ENGINE_FIELDS",
     "EngineOptions",
     "EngineRules",

@@ -18,16 +18,7 @@ from gymnasium.vector.utils import batch_space
 from vecshm.options import StartOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.handback.results import Batch
-from vecshm.pettingzoo.copies import (
-    CopyRows,
-    Rows,
-    describe,
-    naming_copies,
-    plan_copies,
-    read_rows,
-    row_of,
-    start_copies,
-)
+from vecshm.pettingzoo.copies import CopyRows, Rows, describe, row_of, start_copies
 from vecshm.shared.protocol import AutoReset
 from vecshm.vector.gym_kernel import GymKernel
 from vecshm.vector.infos import batch_infos
@@ -50,6 +41,7 @@ class CopyRowsVectorEnv(RunProperties, GymKernel):
     """
 
     reward_dtype: type = np.float64
+    rows: CopyRows
 
     def __init__(
         self,
@@ -63,13 +55,11 @@ class CopyRowsVectorEnv(RunProperties, GymKernel):
         self.autoreset_mode = AutoresetMode(autoreset_mode)
         if self.autoreset_mode not in MODES:
             raise ValueError(f"autoreset_mode must be SAME_STEP or NEXT_STEP, got {self.autoreset_mode}")
-        plan = plan_copies(parallel_env, num_copies)
-        self.agent_plan = plan
         given = resolved(type(self).__name__, options, StartOptions)
-        copy = given.pop("copy")
-        with naming_copies():
-            run = start_copies(parallel_env, plan, num_cpus, MODES[self.autoreset_mode], given)
-        self._started(run, self._row_map(plan), copy)
+        own_arrays = given.pop("copy")  # (the copy option: observations copied out, else lent)
+        plan, run = start_copies(parallel_env, num_copies, num_cpus, MODES[self.autoreset_mode], given)
+        self.agent_plan = plan
+        self._started(run, self._row_map(plan), own_arrays)
         self.num_agents = len(plan.agents)
         self.possible_agents = plan.agents
         self.single_observation_space = plan.observation_space
@@ -87,7 +77,7 @@ class CopyRowsVectorEnv(RunProperties, GymKernel):
     # -- the result shape -------------------------------------------------------------------------
 
     def _rows(self, batch: Batch, same_step: bool) -> Rows:
-        return read_rows(batch, self.agent_plan, self.copy, same_step, self.reward_dtype)
+        return self.rows.read(batch, self.copy, same_step, self.reward_dtype)
 
     def _reset_results(self, batch: Batch) -> tuple[Any, Any]:
         rows = self._rows(batch, False)

@@ -15,18 +15,9 @@ import numpy as np
 from vecshm.options import StartOptions, resolved, takes_options
 from vecshm.parent.core.inspection import RunProperties
 from vecshm.parent.handback.results import Batch
-from vecshm.pettingzoo.copies import (
-    CopyRows,
-    Rows,
-    describe,
-    naming_copies,
-    plan_copies,
-    read_rows,
-    row_of,
-    start_copies,
-)
+from vecshm.pettingzoo.copies import CopyRows, Rows, describe, row_of, start_copies
 from vecshm.shared.protocol import AutoReset
-from vecshm.vec_env.base import VecEnvObs, VecEnvStepReturn
+from vecshm.vec_env.base import VecEnvObs
 from vecshm.vec_env.sb3_kernel import SB3AsyncBatches
 
 if TYPE_CHECKING:
@@ -51,33 +42,30 @@ class AgentVecEnv(RunProperties, SB3AsyncBatches):
     returned (an absent agent's row is zeros, with reward 0); each row's info says it too.
     """
 
+    rows: CopyRows
+
     def __init__(self, parallel_env: Any, num_copies: int, num_cpus: int = 0, **options: Unpack[StartOptions]) -> None:
-        plan = plan_copies(parallel_env, num_copies)
-        self.agent_plan = plan
         given = resolved("AgentVecEnv", options, StartOptions)
-        copy = given.pop("copy")
-        with naming_copies():
-            run = start_copies(parallel_env, plan, num_cpus, AutoReset.SAME_STEP, given)
+        own_arrays = given.pop("copy")  # (the copy option: observations copied out, else lent)
+        plan, run = start_copies(parallel_env, num_copies, num_cpus, AutoReset.SAME_STEP, given)
+        self.agent_plan = plan
         self.num_agents = len(plan.agents)
         self.possible_agents = plan.agents
         self.present = np.ones(plan.num_rows, dtype=bool)
-        self._started(run, CopyRows(plan), copy, plan.observation_space, plan.action_space)
+        self._started(run, CopyRows(plan), own_arrays, plan.observation_space, plan.action_space)
         # the env's own (``env.unwrapped.metadata["name"]``, as SuperSuit's hands it on), beside SB3's render modes
         self.metadata = {**self.metadata, **(getattr(parallel_env, "metadata", None) or {})}
 
     # -- the result shape -------------------------------------------------------------------------
 
     def _rows(self, batch: Batch) -> Rows:
-        return read_rows(batch, self.agent_plan, self.copy, same_step=True, reward_dtype=np.float32)
+        return self.rows.read(batch, self.copy, same_step=True, reward_dtype=np.float32)
 
-    def _step_results(self, batch: Batch) -> VecEnvStepReturn:
+    def _results(self, batch: Batch, device: bool) -> tuple[Any, Any, Any, Any, Any, list]:
+        """The rows of whole copies (``recv``'s ``env_ids`` are the copies'; ``present`` holds their mask)."""
         rows = self._rows(batch)
-        return rows.obs, rows.rewards, rows.terminated | rows.truncated, self._infos(rows)
-
-    def _recv_results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict], np.ndarray]:
-        """``recv``'s rows of whole copies, ``env_ids`` the copies' (``present`` holds their mask)."""
-        rows = self._rows(batch)
-        return rows.obs, rows.rewards, rows.terminated, rows.truncated, self._infos(rows), np.asarray(batch.env_ids)
+        dones = rows.terminated | rows.truncated
+        return rows.obs, rows.rewards, dones, rows.terminated, rows.truncated, self._infos(rows)
 
     def _reset_results(self, batch: Batch) -> VecEnvObs:
         rows = self._rows(batch)

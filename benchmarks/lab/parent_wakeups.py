@@ -1,7 +1,7 @@
 """How often the parent sleeps and wakes during async batches, and what a wake that finds too few
 envs finished costs it: the case for (or against) coalescing the workers' doorbells.
 
-Each worker rings the parent's doorbell when it finishes a command. A parent asleep in ``recv()``
+Each lane wakes the parent's doorbell when it finishes a command. A parent asleep in ``recv()``
 wakes at each ring, checks whether the batch is full, and sleeps again when it is not: a batch
 that spans ``u`` workers can wake it up to ``u`` times. Coalescing would let only the worker that
 completes the batch ring. This counts, per ``recv``, the parent's waits, its sleeps, and its

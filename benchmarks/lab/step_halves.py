@@ -7,7 +7,7 @@ percent:
 
 - **parent**: ``step_async``, then the worker's publish written by hand (the worker process is
   stopped with SIGSTOP), then ``step_wait``: the actions checked and written, the command words,
-  the doorbell (not rung since 2026-11-28: a worker in a tight loop spins), the wait that finds
+  the doorbell (not woken since 2026-11-28: a worker in a tight loop spins), the wait that finds
   its results at once, the batch and the facade's results. For
   PufferLib, ``send``, its semaphores set by hand, ``recv`` (its worker stopped too).
 - **worker**: ``EnvRunner.run(STEP)`` on 8 envs in this process (actions read, envs stepped,

@@ -9,7 +9,7 @@ most calls one made)::
     python benchmarks/lab/trace_step_path.py
 
 The halves are: ``ShmVecEnv.step_async`` / ``ShmVectorEnv.step_async`` / ``send`` up to the last
-doorbell rung (the actions are in the segment by then), and ``step_wait`` / ``recv`` up to the
+doorbell woken (the actions are in the segment by then), and ``step_wait`` / ``recv`` up to the
 arrays returned. Only the parent is traced: the workers' side of a step is one loop in one file.
 A step is traced after a few untraced ones, so that caches (the checked env ids of async batches,
 the spinner's history) are as in a running loop.
@@ -38,7 +38,7 @@ BELL_FUNCTIONS = ("wake",)  # a doorbell's ``wake``: the last call of the sendin
 def _trace(call: Callable[[], Any], doorbell_file: str | None) -> tuple[list[str], int]:
     """The vecshm files ``call`` entered (in first-entry order), and its calls into vecshm.
 
-    With ``doorbell_file``, what follows the last doorbell rung in that file is left out (the
+    With ``doorbell_file``, what follows the last doorbell woken in that file is left out (the
     sending half ends there)."""
     events: list[tuple[str, str]] = []
 
@@ -54,9 +54,9 @@ def _trace(call: Callable[[], Any], doorbell_file: str | None) -> tuple[list[str
     finally:
         sys.setprofile(None)
     if doorbell_file is not None:
-        rung = [k for k, (path, name) in enumerate(events) if path == doorbell_file and name in BELL_FUNCTIONS]
-        if rung:
-            events = events[: rung[-1] + 1]
+        woken = [k for k, (path, name) in enumerate(events) if path == doorbell_file and name in BELL_FUNCTIONS]
+        if woken:
+            events = events[: woken[-1] + 1]
     return list(dict.fromkeys(path for path, _ in events)), len(events)
 
 

@@ -1,7 +1,7 @@
 """The arrays one vec env shares with its workers, described once from the spaces.
 
 Parent and workers build the same :class:`BufferSpec` (it is small and picklable) and get the same
-views; each env's row of every array belongs to the worker that hosts it, so writes never collide.
+views; each env's row of every array belongs to the lane that hosts it, so writes never collide.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class BufferSpec:
             # the parent's recent turnaround: seconds from a wait's end to the next wait (a moving
             # average), which the workers' spin follows (vecshm.worker.main)
             ("turnaround", (1,), np.dtype(np.float64)),
-            # 1 while the process hosting a worker sleeps on its doorbell, and while the parent
+            # 1 while the process hosting a lane sleeps on its doorbell, and while the parent
             # sleeps on its own: the other side rings only then (vecshm.shared.sync)
             ("asleep", (w,), np.dtype(np.int64)),
             ("parent_asleep", (1,), np.dtype(np.int64)),

@@ -102,9 +102,20 @@ class InfoSchema:
             return dict(zip(self.keys, values))
         return {key: kind(value) for key, kind, value in zip(self.keys, self.types, values)}
 
+    @property
+    def one_array_per_key(self) -> bool:
+        return one_array_per_key(self.keys)
+
     def columns(self, records: np.ndarray) -> list[np.ndarray]:
         """Each key's values over ``records``, as stored (int64, uint64, float64 or bool)."""
         return [records[name] for name in self.dtype.names or ()]
+
+
+def one_array_per_key(keys: tuple[str, ...]) -> bool:
+    """Whether a dict of arrays (Gymnasium's vector info) batches these string keys one array each:
+    no ``final_obs`` (an object array) and no ``_key``, whose mask could collide with a key of that
+    name (those are batched env by env, from dicts)."""
+    return "final_obs" not in keys and not any(key.startswith("_") for key in keys)
 
 
 class InfoRecords(NamedTuple):

@@ -76,7 +76,10 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
         batch): numpy, or torch tensors for a ``device``; infos stay numpy."""
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         ended = same_step and bool(batch.terminated.any() or batch.truncated.any())  # (final_info)
-        infos = {} if not ended and batch.infos_empty() else step_infos(batch, same_step, self._all_ids, self)
+        if not ended and batch.infos_empty():
+            infos: dict[str, Any] = {}
+        else:
+            infos = step_infos(batch.step_info_parts(same_step, self._all_ids), same_step, self._all_ids, self)
         return (*self._run.step_results(batch, batch.rewards, self.copy), infos)
 
     def _reset_results(self, batch: Batch) -> tuple[Any, Any]:
@@ -84,7 +87,7 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
         outside the mask too, and their infos say so."""
         chosen = np.flatnonzero(self._reset_mask | np.isin(self._all_ids, list(batch.restarted)))
         obs = self._run.observations(batch, self.copy)
-        return obs, vector_infos(batch, self.num_envs, chosen, chosen, self)
+        return obs, vector_infos(batch.info_parts(chosen), self.num_envs, chosen, self)
 
     def _render_results(self, images: list[Any]) -> Any:
         """``render()``'s result from the images of the row map's ``render_envs``."""

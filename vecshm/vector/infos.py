@@ -19,8 +19,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecshm.parent.handback.results import Batch
-from vecshm.shared.info_columns import InfoRecords
+from vecshm.parent.handback.results import StepInfoParts
+from vecshm.shared.info_columns import InfoRecords, one_array_per_key
 
 __all__ = ["batch_infos", "batch_records", "InfoBatch", "step_infos", "vector_infos"]
 
@@ -35,10 +35,10 @@ def _is_scalar(value: Any) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def _plain_keys(keys: tuple[Any, ...]) -> bool:
-    """Whether keys batch one array each: strings, no ``final_obs`` (an object array) and no ``_key``,
-    whose mask could collide with a key of that name (those are left to ``_add_info``). Worked out
-    once per key tuple: the same keys come on every step."""
-    return "final_obs" not in keys and all(type(key) is str and not key.startswith("_") for key in keys)
+    """Whether a dict's keys batch one array each: strings, and as :func:`one_array_per_key` says
+    (the others are left to ``_add_info``). Worked out once per key tuple: the same keys come on
+    every step."""
+    return all(type(key) is str for key in keys) and one_array_per_key(keys)
 
 
 def _uniform(infos: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[type, ...]] | None:
@@ -89,14 +89,12 @@ def batch_infos(num_envs: int, infos: Sequence[dict[str, Any]], add_info: AddInf
     return _batch_columns(num_envs, positions, keys, types, [[info[key] for info in filled] for key in keys])
 
 
-def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict[str, Any] | None:
-    """The vector info of infos read as columns, the env with ``infos.positions[j]`` at
-    ``env_positions[j]``; None when its keys need ``_add_info`` (then batch their dicts)."""
+def batch_records(num_envs: int, env_positions: Any, infos: InfoRecords) -> dict[str, Any]:
+    """The vector info of infos read as columns (their keys batch one array each), the env with
+    ``infos.positions[j]`` at ``env_positions[j]``."""
     schema = infos.schema
     if schema is None:
         return {}
-    if not _plain_keys(schema.keys):
-        return None
     return _batch_columns(num_envs, env_positions, schema.keys, schema.types, schema.columns(infos.records))
 
 
@@ -109,47 +107,48 @@ class InfoBatch:
         self.num_envs = num_envs
 
 
-def vector_infos(batch: Batch, size: int, env_ids: np.ndarray, at: np.ndarray, vector_env: Any) -> dict[str, Any]:
-    """The vector info of ``size`` positions, the info of env ``env_ids[k]`` at position ``at[k]``;
-    built from their columns when they came as columns. Dicts are batched by ``vector_env``'s
-    ``_add_info`` (a batch of all its envs), or a batch's own (None)."""
-    records = batch.info_records(env_ids)
-    if records is not None:
-        if records.schema is None:  # no env has an info
-            return {}
-        vector_infos = batch_records(size, at[records.positions], records)
-        if vector_infos is not None:
-            return vector_infos
+def vector_infos(
+    parts: InfoRecords | list[dict[str, Any]], size: int, at: np.ndarray, vector_env: Any
+) -> dict[str, Any]:
+    """The vector info of ``size`` positions from ``parts`` (:meth:`Batch.info_parts
+    <vecshm.parent.handback.results.Batch.info_parts>`: columns, or dicts), the info of the ``k``-th
+    env at position ``at[k]``. Dicts are batched by ``vector_env``'s ``_add_info`` (a batch of all
+    its envs), or a batch's own (None)."""
+    if isinstance(parts, InfoRecords):  # (columns whose keys batch one array each)
+        return batch_records(size, at[parts.positions], parts)
     infos: list[dict[str, Any]] = [{} for _ in range(size)]
-    for k, info in zip(at.tolist(), batch.infos(env_ids.tolist())):
+    for k, info in zip(at.tolist(), parts):
         infos[k] = info
     adder = vector_env if vector_env is not None else InfoBatch(size)
     return batch_infos(size, infos, adder._add_info)
 
 
-def step_infos(batch: Batch, same_step: bool, all_ids: np.ndarray, vector_env: gym.vector.VectorEnv) -> dict[str, Any]:
-    """The infos of a step's ``batch`` as ``AsyncVectorEnv`` returns them (``same_step``: its SAME_STEP
-    autoreset mode, with ``final_info`` and ``final_obs``); ``all_ids``: ``arange(num_envs)``."""
-    ids = batch.ids
-    finals: dict[int, dict[str, Any]] = {}
-    restarted: Any = batch.restarted  # envs whose episode a worker restart cut short: their info says so
+def step_infos(
+    parts: StepInfoParts, same_step: bool, all_ids: np.ndarray, vector_env: gym.vector.VectorEnv
+) -> dict[str, Any]:
+    """The infos of a step as ``AsyncVectorEnv`` returns them, from what the batch read at once
+    (:meth:`Batch.step_info_parts <vecshm.parent.handback.results.Batch.step_info_parts>`):
+    ``same_step``: its SAME_STEP autoreset mode, with ``final_info`` and ``final_obs``; ``all_ids``:
+    ``arange(num_envs)``."""
+    ids, endings = parts.ids, parts.endings
+    restarted: Any = parts.restarted  # envs whose episode a worker restart cut short: their info says so
     if same_step:
-        ended = [ids[k] for k in (batch.terminated | batch.truncated).nonzero()[0].tolist()]
-        finals = dict(zip(ended, batch.infos(ended, "final")))
         for i in restarted:  # in the final info, as the episode's end (a redone reset's own info says so)
-            if i in finals:
-                finals[i]["worker_restarted"] = True
+            if i in endings:
+                endings[i][0]["worker_restarted"] = True
         restarted = ()
-    whole = batch.env_ids is None
-    if not (finals or restarted):
-        id_array = all_ids if whole else batch.env_ids
-        return vector_infos(batch, len(ids), id_array, all_ids[: len(ids)], vector_env if whole else None)
+    whole = parts.env_ids is None
+    if not (endings or restarted):
+        return vector_infos(parts.infos, len(ids), all_ids[: len(ids)], vector_env if whole else None)
     # final_info, final_obs, then the step's keys, env by env, as AsyncVectorEnv adds them
     adder = vector_env if whole else InfoBatch(len(ids))
+    step_dicts = parts.infos
+    assert isinstance(step_dicts, list), "a step whose episodes ended reads its infos as dicts"
     infos: dict[str, Any] = {}
-    for k, (i, step_info) in enumerate(zip(ids, batch.infos())):
-        if i in finals:
-            infos = adder._add_info(infos, {"final_info": finals[i], "final_obs": batch.final_observation(i)}, k)
+    for k, (i, step_info) in enumerate(zip(ids, step_dicts)):
+        if i in endings:
+            final_info, final_obs = endings[i]
+            infos = adder._add_info(infos, {"final_info": final_info, "final_obs": final_obs}, k)
         if i in restarted:  # NEXT_STEP, DISABLED: in the step's info (the step returns the last observation)
             step_info = {**step_info, "worker_restarted": True}
         infos = adder._add_info(infos, step_info, k)

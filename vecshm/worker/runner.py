@@ -1,6 +1,6 @@
-"""One command over a worker's envs: step, reset or a rare call, and the outcome published.
+"""One command over a lane's envs: step, reset or a rare call, and the outcome published.
 
-``EnvRunner`` knows nothing of processes or sockets beyond the worker's control connection: the
+``EnvRunner`` knows nothing of processes or sockets beyond its process's control connection: the
 worker loop (:mod:`vecshm.worker.main`) wakes it with a command, and it steps its slice of envs, writes
 observations, rewards, flags and infos into the shared buffers, and wakes the parent's doorbell.
 Like the worker, it knows nothing of SB3 or Gymnasium conventions: it stores raw results.
@@ -32,7 +32,7 @@ from vecshm.worker.lane import Lane
 __all__ = ["EnvRunner"]
 
 UNCHANGED = object()  # in a command's observations: nothing to write for this env
-ONLY_OWNER = (0,)  # the parent, the one owner of the done bell a worker rings
+ONLY_OWNER = (0,)  # the parent, the one owner of the doorbell a lane wakes when it is done
 
 
 class _EnvFailure(Exception):
@@ -43,7 +43,7 @@ class _EnvFailure(Exception):
 
 
 class EnvRunner:
-    """Runs one command over the worker's envs and publishes the outcome."""
+    """Runs one command over the lane's envs and publishes the outcome."""
 
     def __init__(self, lane: Lane, envs: list[gym.Env], buffers: Buffers) -> None:
         self.lane = lane
@@ -226,7 +226,7 @@ class EnvRunner:
     def reset_ended_ahead(self) -> None:
         """Under NEXT_STEP_AHEAD, reset the envs whose episodes the last step ended, before their
         next command comes (its results wait in ``ahead``; an exception waits too, and is raised
-        by the next step). The worker process calls it once its other workers' commands are run."""
+        by the next step). The worker process calls it once its other lanes' commands are run."""
         if not self.reset_ahead:
             return
         for offset, env in enumerate(self.envs):

@@ -18,7 +18,7 @@ import ctypes
 import functools
 import pickle
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -167,6 +167,19 @@ class ResultReader:
         return (b.info_len, b.info_arena) if kind == "info" else (b.final_info_len, b.final_info_arena)
 
 
+class StepInfoParts(NamedTuple):
+    """What a step's vector info is built from (:meth:`Batch.step_info_parts`): the batch's env
+    ids (``env_ids`` None: every env), their infos (columns or dicts, :meth:`Batch.info_parts`),
+    the final info and observation of each env whose episode ended, and the envs a worker
+    restart cut short."""
+
+    ids: Sequence[int]
+    env_ids: np.ndarray | None
+    infos: InfoRecords | list[dict[str, Any]]
+    endings: dict[int, tuple[dict[str, Any], Any]]
+    restarted: Any
+
+
 class Batch:
     """The results of one command for the envs of ``env_ids`` (None: every env, in order).
 
@@ -232,9 +245,31 @@ class Batch:
         episodes that ended (``final_info``)."""
         return self._reader.infos(self.ids if env_ids is None else env_ids, kind, self._extras.piped)
 
-    def info_records(self, env_ids: np.ndarray, kind: str = "info") -> InfoRecords | None:
-        """The infos of ``env_ids`` as typed columns, when they came as columns of one schema."""
-        return self._reader.info_records(env_ids, kind)
+    def info_parts(self, env_ids: np.ndarray) -> InfoRecords | list[dict[str, Any]]:
+        """The infos of ``env_ids`` as a vector info is built from them, read at once: typed
+        columns, when every info came as columns of one schema whose keys batch one array each
+        (or no env has an info), else each env's dict."""
+        records = self._reader.info_records(env_ids, "info")
+        if records is not None and (records.schema is None or records.schema.one_array_per_key):
+            return records
+        return self.infos(env_ids.tolist())
+
+    def step_info_parts(self, same_step: bool, all_ids: np.ndarray) -> StepInfoParts:
+        """What a step's vector info is built from, read at once (``same_step``: Gymnasium's
+        SAME_STEP, where an episode's end adds its final info and observation; ``all_ids``:
+        ``arange(num_envs)``)."""
+        ids = self.ids
+        endings: dict[int, tuple[dict[str, Any], Any]] = {}
+        if same_step:
+            ended = [ids[k] for k in (self.terminated | self.truncated).nonzero()[0].tolist()]
+            finals = self.infos(ended, "final") if ended else []
+            endings = {i: (info, self.final_observation(i)) for i, info in zip(ended, finals)}
+        restarted = self.restarted
+        if endings or (restarted and not same_step):  # built env by env, from dicts
+            return StepInfoParts(ids, self.env_ids, self.infos(), endings, restarted)
+        return StepInfoParts(
+            ids, self.env_ids, self.info_parts(all_ids if self.env_ids is None else self.env_ids), {}, ()
+        )
 
     def final_observation(self, env_index: int) -> Any:
         """The last observation of the episode env ``env_index`` just ended, as the env returned it

@@ -26,6 +26,11 @@ SB3's ``SubprocVecEnv`` (forked, as vecshm here). A facade ending in ``+restart`
 ``on_worker_failure="restart"``, one ending in ``+stats`` with ``stats=True`` (both:
 ``sb3+restart+stats``). The id ``ale-infos`` is a zero-compute env defined here (so any checkout
 runs it) whose infos are ALE's: ``lives``, ``episode_frame_number`` and ``frame_number`` on every step.
+The multi-agent facades ``agent-sb3`` (``AgentVecEnv``) and ``agent-gym`` (``AgentVectorEnv``) take a
+PettingZoo module for the id (``pettingzoo.butterfly.pistonball_v6``): ``--envs`` copies of its
+``parallel_env()``, every agent a row, the rate in agent-steps/s::
+
+    python benchmarks/ab_paired.py ../old . pettingzoo.butterfly.pistonball_v6 agent-sb3 --envs 4
 (``ab_step_rate.py``, which older notes in docs/ name, alternated whole processes of this step loop;
 it was folded in here on 2026-12-07.)
 """
@@ -33,6 +38,7 @@ it was folded in here on 2026-12-07.)
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import pathlib
 import statistics
@@ -91,7 +97,13 @@ def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, C
     fns = [make for _ in range(n_envs)]
     mode = facade.partition("-")[2]  # "", "async" or "async-all"
     batch = {"async": n_envs // 2, "async-all": n_envs}.get(mode)
-    if facade == "subproc":
+    if facade.startswith("agent-"):  # a PettingZoo module: n_envs copies of its parallel_env()
+        from vecshm.pettingzoo import AgentVecEnv, AgentVectorEnv
+
+        parallel_env = importlib.import_module(env_id).parallel_env()
+        agents = AgentVecEnv if facade == "agent-sb3" else AgentVectorEnv
+        venv = agents(parallel_env, n_envs, start_method="fork", on_worker_failure=failure, **counting)
+    elif facade == "subproc":
         from stable_baselines3.common.vec_env import SubprocVecEnv
 
         venv = SubprocVecEnv(fns, start_method="fork")
@@ -100,9 +112,10 @@ def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, C
     else:
         venv = ShmVectorEnv(fns, batch_size=batch, context="fork", on_worker_failure=failure, **counting)
     try:
-        space = venv.action_space if facade.startswith(("sb3", "subproc")) else venv.single_action_space
+        space = venv.action_space if facade.startswith(("sb3", "subproc", "agent-sb3")) else venv.single_action_space
         space.seed(0)
-        actions = np.stack([space.sample() for _ in range(batch or n_envs)])
+        rows = venv.num_envs if facade.startswith("agent-") else batch or n_envs
+        actions = np.stack([space.sample() for _ in range(rows)])
         if batch is None:
             venv.reset()
             step = lambda: venv.step(actions)  # noqa: E731
@@ -118,7 +131,7 @@ def open_stepper(env_id: str, facade: str, n_envs: int = N_ENVS) -> tuple[Any, C
     except BaseException:
         venv.close()
         raise
-    return venv, step, batch or n_envs
+    return venv, step, rows
 
 
 def rate(step: Callable[[], None], per_step: int, seconds: float) -> float:

@@ -46,3 +46,10 @@ class Progress:
     def stop(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """The bar is taken down however the work ends, so that an error prints below it."""
+        self.stop()

@@ -72,7 +72,7 @@ def read_time_us(facade: str, n: int, columns: bool, number: int = 2000) -> floa
         else:
             venv = ShmVectorEnv(fns, context="fork", envs_per_worker=per_worker)
             batch, ids = last_step(venv.run, n), np.arange(n)
-            read = lambda: vector_infos(batch, n, ids, ids, None)  # noqa: E731
+            read = lambda: vector_infos(batch.info_parts(ids), n, ids, None)  # noqa: E731
         return min(timeit.repeat(read, number=number, repeat=7)) / number * 1e6
     finally:
         vecshm.shared.info_columns.ColumnWriter.write = write

@@ -29,16 +29,15 @@ from vecshm.user_env import command_parser, is_parallel_env, make_named_env
 __all__ = ["main", "build_parser"]
 
 DEFAULT_WORKLOADS = ["frames", "pong"]
+DESCRIPTION = (
+    "Measure vecshm against SB3 SubprocVecEnv/DummyVecEnv, Gymnasium Async/SyncVectorEnv and EnvPool, in interleaved "
+    "rounds on the same workload; --env: on your own env, on every system that can run it, with the ideal where a "
+    "step does real work."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser(
-        "vecshm-bench",
-        "Measure vecshm against SB3 SubprocVecEnv/DummyVecEnv, Gymnasium Async/SyncVectorEnv and EnvPool, in "
-        "interleaved rounds on the same workload; --env: on your own env, on every system that can run it, "
-        "with the ideal where a step does real work.",
-        env="--env",
-    )
+    parser = command_parser("vecshm-bench", DESCRIPTION, env="--env")
     parser.add_argument(
         "-w",
         "--workload",

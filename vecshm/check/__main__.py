@@ -10,14 +10,15 @@ from vecshm.user_env import command_parser
 
 __all__ = ["build_parser", "main"]
 
+DESCRIPTION = (
+    "Run ENV under vecshm and in this process with the same seeds and actions, compare every result bit for bit, "
+    "and name what differs. Exit status 0: safe to switch; 1: not."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (the docs print its help from here)."""
-    parser = command_parser(
-        "python -m vecshm.check",
-        "Run ENV under vecshm and in this process with the same seeds and actions, compare every result bit "
-        "for bit, and name what differs. Exit status 0: safe to switch; 1: not.",
-    )
+    parser = command_parser("python -m vecshm.check", DESCRIPTION)
     parser.add_argument("-n", "--num-envs", type=int, default=2, help="envs in each vec env")
     parser.add_argument("--steps", type=int, default=1000, help="steps in each run (enough for episodes to end)")
     parser.add_argument("--seed", type=int, default=0, help="the resets' seed and the actions' seed")

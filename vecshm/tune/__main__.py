@@ -10,15 +10,16 @@ from vecshm.user_env import command_parser
 
 __all__ = ["build_parser", "main"]
 
+DESCRIPTION = (
+    "Measure vecshm's plans for ENV on this machine, in your loop and within a time budget; print what was measured, "
+    "the chosen settings as a constructor line, why, and the speed-up over SubprocVecEnv and the in-process "
+    "reference, measured in the same run."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's options (the docs print its help from here)."""
-    parser = command_parser(
-        "python -m vecshm.tune",
-        "Measure vecshm's plans for ENV on this machine, in your loop and within a time budget; print what was "
-        "measured, the chosen settings as a constructor line, why, and the speed-up over SubprocVecEnv and the "
-        "in-process reference, measured in the same run.",
-    )
+    parser = command_parser("python -m vecshm.tune", DESCRIPTION)
     parser.add_argument("-n", "--num-envs", type=int, default=None, help="envs (default: 4 per usable core)")
     parser.add_argument("--seconds", type=float, default=60.0, help="the time budget")
     parser.add_argument(
@@ -41,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from vecshm.progress import Progress
     from vecshm.tune import tune
 
-    display = Progress(100, args.quiet)
-    try:
+    with Progress(100, args.quiet) as display:
         tuned = tune(
             args.env,
             num_envs=args.num_envs,
@@ -52,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
             env_kwargs=args.env_kwargs,
             progress=display.at,
         )
-    finally:
-        display.stop()
     print(json.dumps(tuned.to_dict(), indent=2) if args.json else tuned)
     return 0
 

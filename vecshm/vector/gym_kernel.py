@@ -56,7 +56,7 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
     autoreset_mode = AutoresetMode.NEXT_STEP
     rows: EnvRows
     _run: VecRun
-    _state = CallState.DEFAULT
+    _state: CallState  # set once the run is up (AsyncVectorEnv's own __del__ reads its presence as "started")
     _received = 0  # the run's envs the last recv returned: send's default
 
     def _started(self, run: VecRun, rows: EnvRows, own_arrays: bool) -> None:

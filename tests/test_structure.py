@@ -237,14 +237,14 @@ COMMANDS = ROOT / "parent" / "core" / "commands.py"
 
 
 def _trip_steps(tree: ast.AST) -> list[str]:
-    """Calls that start a command (``words.submit``) or wait for one (``waiter.wait``): the steps of a
+    """Calls that start a command (``words.submit``) or wait for one (``waiter.wait``, ``wait_rare``): the steps of a
     command's trip, which ``parent/core/commands.py`` alone takes."""
     found = []
     for node in _names(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             owner = node.func.value
             owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", None)
-            if (node.func.attr, owner_name) in (("submit", "words"), ("wait", "waiter")):
+            if (node.func.attr, owner_name) in (("submit", "words"), ("wait", "waiter"), ("wait_rare", "waiter")):
                 found.append(f"line {node.lineno}: {owner_name}.{node.func.attr}()")
     return found
 

@@ -139,30 +139,33 @@ class Commands:
 
     # -- wait and collect -------------------------------------------------------------------------
 
-    def collect(self, ticket: Ticket, timeout: float | None = None, ready: Ready | None = None) -> CollectedLanes:
+    def collect(
+        self, ticket: Ticket, timeout: float | None = None, ready: Ready | None = None, rare: bool = False
+    ) -> CollectedLanes:
         """Wait until ``ready`` names finished lanes of ``ticket`` (default: all of them; or the
         first few, or the ring's units written), then read their sockets (errors raise); those
         lanes, with their extras. ``timeout`` (None: the vec env's) bounds the wait. A restarted
-        lane's envs end their lost episode once its reset is collected (maybe later)."""
+        lane's envs end their lost episode once its reset is collected (maybe later). ``rare``: the
+        ticket is a rare call's (:meth:`call`), whose wait does not spin, whose collect ends no lost
+        episode and holds no step's results, and whose envs' errors leave the vec env usable."""
         policy = self.policy
         try:
-            done, ticket = self.waiter.wait(
+            done, ticket = (self.waiter.wait_rare if rare else self.waiter.wait)(
                 ticket,
                 self.timeout if timeout is None else timeout,
                 self._all_finished if ready is None else ready,
                 self._on_death,
             )
-            # (a rare call's collect ends no lost episode, and holds no result of a step)
-            ended = policy.restarting and ticket.phase.runs_envs
+            ended = policy.restarting and not rare
             restarted = policy.ended(self.plan.env_ids_of(done), ticket.phase) if ended else {}
             piped = self._gather(done, ticket.phase)
         except VecShmError as error:
             # an env's error in a rare call leaves the vec env usable, as SubprocVecEnv's; a death,
             # a timeout, or an error in a step or reset fails it
-            if ticket.phase.runs_envs or not isinstance(error, WorkerError):
+            if not rare or not isinstance(error, WorkerError):
                 self.health.fail(error)
             raise
-        if policy.watches_results and ticket.phase.runs_envs:
+        if policy.watches_results and not rare:
             policy.seen(self.plan.env_ids_of(done), piped)
         return new_collected_lanes((done, SideResults(piped, restarted) if piped or restarted else NO_SIDE_RESULTS))
 

@@ -287,7 +287,7 @@ class VecRun:
         ticket = commands.call(
             np.array(sorted(lanes), dtype=np.int64), {k: (op, lanes[k], args) for k in lanes}, during
         )
-        _, side = commands.collect(ticket)
+        _, side = commands.collect(ticket, rare=True)
         return [side.piped[(Arena.ANSWER, i)] for i in ids]
 
     # -- state ------------------------------------------------------------------------------------

@@ -136,6 +136,31 @@ class Waiter:
             spun = self.spinner.spin(check, OVERSUBSCRIBED_SPIN_SECONDS)
         if spun:
             return result, ticket  # type: ignore[return-value]
+        return self._sleep_until_ready(ticket, timeout, ready, on_death)
+
+    def wait_rare(
+        self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath
+    ) -> tuple[np.ndarray, Ticket]:
+        """:meth:`wait` for a rare call's ``ticket``: asleep on the done bell at once. A call is no
+        step: a spin would take the core its lanes need to answer, and its length would teach the
+        step's spin, the lanes' turnaround and the core balance nothing true about steps."""
+        result = ready(ticket)
+        if result is not None:
+            return result, ticket
+        return self._sleep_until_ready(ticket, timeout, ready, on_death)
+
+    def _sleep_until_ready(
+        self, ticket: Ticket, timeout: float | None, ready: Ready, on_death: OnDeath
+    ) -> tuple[np.ndarray, Ticket]:
+        """Sleep on the done bell and the processes' sentinels until ``ready`` names finished
+        lanes; a death goes to ``on_death``, a passed ``timeout`` raises."""
+        result = None
+
+        def check() -> bool:
+            nonlocal result
+            result = ready(ticket)
+            return result is not None
+
         with self.asleep():
             deadline = None if timeout is None else time.monotonic() + timeout
             while not check():

@@ -42,6 +42,11 @@ class EnvRows:
         """A batch of ``envs`` of the run's envs' actions, from the rows' actions."""
         return actions
 
+    def sent(self, actions: Any, env_ids: Any) -> Any:
+        """The run's envs' actions for an async batch sent to ``env_ids`` (None, before any
+        ``recv``: as given, for the run to refuse), from the rows' actions."""
+        return actions
+
     def envs_of(self, rows: Iterable[int]) -> list[int]:
         """The run's envs a call on ``rows`` runs on, each once where rows share one. Here each
         row as it is: a repeat or a negative index is the run's to take or refuse, as a list's."""

@@ -80,6 +80,11 @@ class CopyRows(EnvRows):
     def to_envs(self, actions: Any, envs: int) -> Any:
         return to_copies(actions, self.plan, envs)
 
+    def sent(self, actions: Any, env_ids: Any) -> Any:
+        if env_ids is None:
+            return actions
+        return self.to_envs(actions, len(np.atleast_1d(np.asarray(env_ids))))
+
     def envs_of(self, rows: Iterable[int]) -> list[int]:
         """The copies hosting ``rows``, each once (a negative row counts from the end)."""
         return sorted({int(r) % self.num_rows // self.num_agents for r in rows})

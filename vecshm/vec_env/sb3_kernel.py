@@ -99,6 +99,9 @@ class SB3AsyncRun(SB3Run, Protocol):
 
     def recv(self) -> Any: ...
 
+    @property
+    def last_received(self) -> Any: ...
+
 
 class SB3Kernel(StatsHooks, VecEnv):
     """SB3's ``VecEnv`` on a run, with SB3's state rules (see the module).
@@ -305,7 +308,6 @@ class SB3AsyncBatches(SB3Kernel):
     """The SB3 kernel with EnvPool-style async batches (``async_reset``, ``send``, ``recv``), for a
     class whose run has them (a local one)."""
 
-    _received = 0  # the run's envs the last recv returned: send's default
     _run: SB3AsyncRun
 
     def async_reset(self) -> None:
@@ -318,11 +320,11 @@ class SB3AsyncBatches(SB3Kernel):
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step ``env_ids`` (default: the batch the last ``recv`` returned) without waiting; a copy's
         rows: one per agent of each copy, in ``env_ids`` order."""
-        self._run.check_usable()
+        run = self._run
+        run.check_usable()
         if self.rows.regroups:
-            envs = self._received if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
-            actions = self.rows.to_envs(actions, envs)
-        self._run.send(actions, env_ids)
+            actions = self.rows.sent(actions, run.last_received if env_ids is None else env_ids)
+        run.send(actions, env_ids)
 
     def recv(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]:
         """The first ``batch_size`` envs (copies) to finish: ``(obs, rewards, terminated, truncated,
@@ -335,6 +337,5 @@ class SB3AsyncBatches(SB3Kernel):
             batch = run.recv()
         except VecShmError as error:
             self.rows.raise_named(error)
-        self._received = len(batch.ids)
         obs, rewards, _, terminated, truncated, infos = self._results(batch, True)
         return run.hand_back((obs, rewards, terminated, truncated, infos, batch.env_ids))

@@ -57,7 +57,6 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
     rows: EnvRows
     _run: VecRun
     _state: CallState  # set once the run is up (AsyncVectorEnv's own __del__ reads its presence as "started")
-    _received = 0  # the run's envs the last recv returned: send's default
 
     def _started(self, run: VecRun, rows: EnvRows, own_arrays: bool) -> None:
         """Take ``run`` (started), with ``rows`` over its envs. ``own_arrays``: the ``copy`` option
@@ -191,10 +190,8 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
         self._assert_is_running()
         if self._state is not CallState.DEFAULT:  # (the check, only to raise; envs may be in flight)
             expect_idle(self._state, "send", self._run.in_flight)
-        rows = self.rows
-        if rows.regroups:
-            envs = self._received if env_ids is None else len(np.atleast_1d(np.asarray(env_ids)))
-            actions = rows.to_envs(actions, envs)
+        if self.rows.regroups:
+            actions = self.rows.sent(actions, self._run.last_received if env_ids is None else env_ids)
         self._run.send(actions, env_ids)
 
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, Any, np.ndarray]:
@@ -208,7 +205,6 @@ class GymKernel(StatsHooks, gym.vector.VectorEnv):
             batch = self._run.recv(timeout)
         except VecShmError as error:
             self._raise(error)
-        self._received = len(batch.ids)
         return self._run.hand_back((*self._step_results(batch), batch.env_ids))  # type: ignore[return-value]  # recv's batches name their envs
 
     # -- calls ------------------------------------------------------------------------------------

@@ -217,6 +217,11 @@ class VecRun:
         if self._stats is not None:
             self._stats.handed_back()
 
+    @property
+    def last_received(self) -> np.ndarray | None:
+        """The envs the last :meth:`recv` returned (None before the first): :meth:`send`'s default."""
+        return self._last_batch
+
     def recv(self, timeout: float | None = None) -> Batch:
         """The first ``batch_size`` envs to finish (their ids: the batch's ``env_ids``); a
         ``ClosedError`` after :meth:`close`, a ``FailedError`` after a failure."""
